@@ -1,0 +1,145 @@
+"""How user strings (thread ids, namespaces, checkpoint and task ids) become keys.
+
+A key is a ``/``-joined list of segments; every segment that comes from a user
+string goes through ``encode_segment``, so nothing a user passes can escape the
+store, name a hidden file, or collide with another string after encoding:
+
+* ``[a-z0-9_-]`` stand for themselves; every other byte of the UTF-8 form
+  (upper-case letters included, so names stay distinct on case-insensitive
+  file systems) becomes ``~`` and two lower-case hex digits.
+* The empty string becomes ``~`` alone, which no other string encodes to.
+* An encoding longer than ``MAX_SEGMENT`` characters is cut to a prefix and
+  ended with ``~~`` and the SHA-256 of the original, so file names stay under
+  every file system's limit; ``~~`` never occurs in a short encoding.
+
+Example:
+    >>> encode_segment("../../etc")
+    '~2e~2e~2f~2e~2e~2fetc'
+    >>> encode_segment("")
+    '~'
+    >>> decode_segment(encode_segment("Thread Ü"))
+    'Thread Ü'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_SEGMENT = 160
+_HASHED_PREFIX = 80
+_PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_-")
+_ESCAPED = re.compile(r"(?:[a-z0-9_-]|~[0-9a-f]{2})+")
+
+CHECKPOINT_SUFFIX = ".ckpt"
+WRITES_SUFFIX = ".wr"
+TEMP_PREFIX = ".tmp-"
+
+
+def _utf8(value: str) -> bytes:
+    # "surrogatepass" so that even a lone surrogate has one stable encoding
+    return value.encode("utf-8", "surrogatepass")
+
+
+def encode_segment(value: str) -> str:
+    """Encode one user string as a safe, collision-free path segment."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}: {value!r}")
+    if value == "":
+        return "~"
+    raw = _utf8(value)
+    encoded = "".join(chr(b) if b in _PLAIN else f"~{b:02x}" for b in raw)
+    if len(encoded) <= MAX_SEGMENT:
+        return encoded
+    cut = encoded[:_HASHED_PREFIX]
+    # do not end inside a "~hh" escape
+    tilde = cut.rfind("~", len(cut) - 2)
+    if tilde != -1:
+        cut = cut[:tilde]
+    return f"{cut}~~{hashlib.sha256(raw).hexdigest()}"
+
+
+def decode_segment(segment: str) -> str | None:
+    """Inverse of ``encode_segment``; ``None`` for hashed (long) or foreign names."""
+    if segment == "~":
+        return ""
+    if "~~" in segment or not _ESCAPED.fullmatch(segment):
+        return None
+    out = bytearray()
+    i = 0
+    while i < len(segment):
+        if segment[i] == "~":
+            out.append(int(segment[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(segment[i]))
+            i += 1
+    try:
+        return out.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+
+
+def as_thread_id(value: object) -> str:
+    """Thread ids may be given as ints (as LangGraph allows); stored as strings."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise TypeError(
+        f"thread_id must be a str (or int), got {type(value).__name__}: {value!r}. "
+        f'Pass config={{"configurable": {{"thread_id": "..."}}}}.'
+    )
+
+
+def thread_prefix(thread_id: str) -> str:
+    return f"threads/{encode_segment(thread_id)}"
+
+
+def namespaces_prefix(thread_id: str) -> str:
+    return f"{thread_prefix(thread_id)}/ns"
+
+
+def checkpoints_prefix(thread_id: str, checkpoint_ns: str) -> str:
+    return f"{namespaces_prefix(thread_id)}/{encode_segment(checkpoint_ns)}/checkpoints"
+
+
+def checkpoint_key(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+    return (
+        f"{checkpoints_prefix(thread_id, checkpoint_ns)}/"
+        f"{encode_segment(checkpoint_id)}{CHECKPOINT_SUFFIX}"
+    )
+
+
+def writes_prefix(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+    return (
+        f"{namespaces_prefix(thread_id)}/{encode_segment(checkpoint_ns)}/writes/"
+        f"{encode_segment(checkpoint_id)}"
+    )
+
+
+def writes_key(
+    thread_id: str, checkpoint_ns: str, checkpoint_id: str, task_id: str, slot: str
+) -> str:
+    return (
+        f"{writes_prefix(thread_id, checkpoint_ns, checkpoint_id)}/"
+        f"{encode_segment(task_id)}.{encode_segment(slot)}{WRITES_SUFFIX}"
+    )
+
+
+def tools_prefix(thread_id: str) -> str:
+    return f"{thread_prefix(thread_id)}/tools"
+
+
+def tool_record_key(thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str) -> str:
+    return (
+        f"{tools_prefix(thread_id)}/{encode_segment(checkpoint_ns)}/"
+        f"{encode_segment(tool_call_id)}.{kind}"
+    )
+
+
+def checkpoint_id_of(name: str) -> str | None:
+    """The checkpoint id a ``*.ckpt`` file name stands for, if it can be decoded."""
+    if not name.endswith(CHECKPOINT_SUFFIX) or name.startswith(TEMP_PREFIX):
+        return None
+    return decode_segment(name[: -len(CHECKPOINT_SUFFIX)])

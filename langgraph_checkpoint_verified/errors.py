@@ -1,0 +1,94 @@
+"""Exceptions. All derive from ``VerifiedSaverError``.
+
+Each carries what a person needs to act on it: which record, where it is, what
+was expected and what was found, and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class VerifiedSaverError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class RecordDamagedError(VerifiedSaverError):
+    """A stored record failed verification.
+
+    Attributes:
+        reason: Which check failed, e.g. ``"record checksum mismatch"``.
+        location: Where the record lives (a file path or a memory key), when known.
+    """
+
+    def __init__(self, reason: str, *, location: str | None = None) -> None:
+        self.reason = reason
+        self.location = location
+        where = f" at {location}" if location else ""
+        super().__init__(f"damaged record{where}: {reason}")
+
+    def at(self, location: str) -> RecordDamagedError:
+        """The same error, naming where the record lives."""
+        return RecordDamagedError(self.reason, location=location)
+
+
+class CheckpointDamagedError(VerifiedSaverError):
+    """Raised in ``strict`` mode when a requested checkpoint does not verify.
+
+    Attributes:
+        thread_id: Thread of the checkpoint.
+        checkpoint_ns: Namespace of the checkpoint.
+        checkpoint_id: The requested checkpoint.
+        reason: What failed, and in which record.
+    """
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, reason: str):
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.reason = reason
+        super().__init__(
+            f"checkpoint {checkpoint_id!r} of thread {thread_id!r} (namespace "
+            f"{checkpoint_ns!r}) does not verify: {reason}. Without strict=True the saver "
+            f"falls back to the nearest ancestor that verifies; run "
+            f"`langgraph-verified verify` on the store for a full report."
+        )
+
+
+class StoreWriteError(VerifiedSaverError):
+    """A write could not be made durable (disk full, permission denied, ...).
+
+    Nothing was acknowledged, the store stays readable, and everything written
+    before is intact. The original ``OSError`` is chained as ``__cause__``.
+
+    Attributes:
+        location: The record that was being written.
+        errno: The operating system's error number.
+    """
+
+    def __init__(self, location: str, error: OSError) -> None:
+        self.location = location
+        self.errno = error.errno
+        super().__init__(
+            f"could not write {location}: {error.strerror or error}. Nothing was saved for "
+            f"this step; free disk space or fix permissions, then resume the thread."
+        )
+
+
+class ToolOutcomeUnknownError(VerifiedSaverError):
+    """An at-most-once tool started before a crash and its outcome was never recorded.
+
+    Attributes:
+        tool_name: The tool.
+        tool_call_id: The call whose outcome is unknown.
+        idempotency_key: The key the tool was given for that call.
+    """
+
+    def __init__(self, tool_name: str, tool_call_id: str, idempotency_key: str) -> None:
+        self.tool_name = tool_name
+        self.tool_call_id = tool_call_id
+        self.idempotency_key = idempotency_key
+        super().__init__(
+            f"tool {tool_name!r} (call {tool_call_id!r}, idempotency key "
+            f"{idempotency_key!r}) is at-most-once and started before an interruption, but "
+            f"its result was never recorded: it may or may not have taken effect. It was "
+            f"not run again; check the external system for that key before retrying."
+        )

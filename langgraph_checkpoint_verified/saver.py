@@ -1,0 +1,1020 @@
+"""``VerifiedSaver``: LangGraph's checkpointer contract over verified records.
+
+This module knows LangGraph's semantics (checkpoints, channel versions,
+pending writes, threads and namespaces). It knows nothing about bytes (see
+``_format`` and ``_records``) or paths (see ``_keys`` and ``_storage``).
+
+Every operation is written once, synchronously. Each ``a*`` twin makes one
+crossing to a worker thread (``asyncio.to_thread``), so the event loop never
+waits on a disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from types import TracebackType
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    SerializerProtocol,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+
+from langgraph_checkpoint_verified import _keys
+from langgraph_checkpoint_verified._format import DEFAULT_COMPRESSION_LEVEL, Codec, RecordKind
+from langgraph_checkpoint_verified._records import (
+    EMPTY_TYPE,
+    VALUE_FULL,
+    CheckpointRecord,
+    Typed,
+    WritesRecord,
+    canonical_key,
+    decode_checkpoint,
+    decode_writes,
+    encode_checkpoint,
+    encode_writes,
+)
+from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage, Storage
+from langgraph_checkpoint_verified.errors import (
+    CheckpointDamagedError,
+    RecordDamagedError,
+    VerifiedSaverError,
+)
+from langgraph_checkpoint_verified.recovery import (
+    Damage,
+    DamageReporter,
+    RecoveryStats,
+    VerifyReport,
+    verify_store,
+)
+
+T = TypeVar("T")
+
+NORMAL_WRITES_SLOT = "n"
+"""Slot name of a task's regular writes; special writes use their negative index."""
+
+_REFS_CACHE_SIZE = 4096
+_ASYNC_LIST_BATCH = 64
+
+
+class _Unusable(Exception):
+    """Internal: a checkpoint cannot be returned (its record or a dependency is bad)."""
+
+    def __init__(self, reason: str, *, parent_hint: str | None = None, own_damage: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.parent_hint = parent_hint
+        self.own_damage = own_damage
+
+
+class VerifiedSaver(
+    BaseCheckpointSaver[str], AbstractContextManager, AbstractAsyncContextManager
+):
+    """A LangGraph checkpointer that verifies everything it reads.
+
+    Checkpoints, channel values and pending writes are stored as
+    zstd-compressed records, each framed with its identity and checksums that
+    are checked before anything is decompressed or deserialized. Damaged
+    records are never returned: reads fall back to the newest checkpoint that
+    verifies, and the damage is quarantined and reported.
+
+    Args:
+        path: Directory of the store (created if missing). Omit it and pass
+            ``storage=`` for another backend, or use ``VerifiedSaver.in_memory()``.
+        storage: A ``Storage`` implementation to use instead of files.
+        serde: Serializer for checkpoints and writes (any ``SerializerProtocol``,
+            e.g. ``EncryptedSerializer``). Defaults to LangGraph's ``JsonPlusSerializer``.
+        key: Secret bytes (16 to 64). Checksums become keyed MACs: records not
+            written with this key are rejected as damage.
+        fsync: ``True`` (the default) makes every acknowledged write survive
+            power loss. ``False`` is faster and survives process crashes only.
+        compression_level: zstd level for new records (1 to 22).
+        strict: ``True`` makes ``get_tuple`` raise ``CheckpointDamagedError``
+            instead of falling back past damage.
+        on_corruption: Called with a ``Damage`` for each damaged record found.
+        quarantine: ``False`` reports damage without moving files aside.
+
+    Example:
+        >>> import tempfile
+        >>> from langgraph.graph import StateGraph, START
+        >>> from typing_extensions import TypedDict
+        >>> class State(TypedDict):
+        ...     count: int
+        >>> builder = StateGraph(State)
+        >>> builder.add_node("inc", lambda s: {"count": s["count"] + 1})
+        >>> builder.add_edge(START, "inc")
+        >>> with tempfile.TemporaryDirectory() as store:
+        ...     graph = builder.compile(checkpointer=VerifiedSaver(store))
+        ...     config = {"configurable": {"thread_id": "demo"}}
+        ...     graph.invoke({"count": 1}, config)
+        ...     graph.get_state(config).values
+        {'count': 2}
+        {'count': 2}
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        storage: Storage | None = None,
+        serde: SerializerProtocol | None = None,
+        key: bytes | None = None,
+        fsync: bool = True,
+        compression_level: int = DEFAULT_COMPRESSION_LEVEL,
+        strict: bool = False,
+        on_corruption: Callable[[Damage], Any] | None = None,
+        quarantine: bool = True,
+    ) -> None:
+        super().__init__(serde=serde)
+        if (path is None) == (storage is None):
+            raise TypeError(
+                "pass exactly one of a store directory (VerifiedSaver('checkpoints/')) or "
+                "storage=...; VerifiedSaver.in_memory() keeps records in memory"
+            )
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
+        self.storage: Storage = storage if storage is not None else FileStorage(path, fsync=fsync)
+        self.codec = Codec(key, compression_level=compression_level)
+        self.strict = strict
+        self.reporter = DamageReporter(
+            self.storage, self.codec, on_corruption=on_corruption, quarantine=quarantine
+        )
+        self._refs_cache: OrderedDict[tuple[str, str, str], dict[str, tuple[Any, str]]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+        self._closed = False
+        # memory needs no worker thread: nothing there can block the loop on I/O
+        self._offload = not isinstance(self.storage, MemoryStorage)
+
+    # -- construction ------------------------------------------------------
+
+    @classmethod
+    def in_memory(cls, **kwargs: Any) -> VerifiedSaver:
+        """A saver holding the same verified records in memory (an ``InMemorySaver`` drop-in).
+
+        Example:
+            >>> saver = VerifiedSaver.in_memory()
+            >>> saver.list({"configurable": {"thread_id": "none"}}).__next__()
+            Traceback (most recent call last):
+            ...
+            StopIteration
+        """
+        return cls(storage=MemoryStorage(), **kwargs)
+
+    @classmethod
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> VerifiedSaver:
+        """Open a store by path (``":memory:"`` for memory), for ``with`` or ``async with``.
+
+        Mirrors ``SqliteSaver.from_conn_string``; the saver is closed when the
+        block ends.
+
+        Example:
+            >>> with VerifiedSaver.from_conn_string(":memory:") as saver:
+            ...     type(saver).__name__
+            'VerifiedSaver'
+        """
+        if not isinstance(conn_string, (str, os.PathLike)):
+            raise TypeError(f"conn_string must be a path, got {type(conn_string).__name__}")
+        if conn_string == ":memory:":
+            return cls.in_memory(**kwargs)
+        return cls(conn_string, **kwargs)
+
+    def close(self) -> None:
+        """Release the saver. Idempotent; later calls raise ``VerifiedSaverError``."""
+        self._closed = True
+
+    def __enter__(self) -> VerifiedSaver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> VerifiedSaver:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"VerifiedSaver({self.storage!r})"
+
+    @property
+    def stats(self) -> RecoveryStats:
+        """Counters of damage found, records quarantined and fallbacks taken."""
+        return self.reporter.stats
+
+    # -- reading -----------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config``, or the thread's newest one that verifies.
+
+        With a ``checkpoint_id`` that does not verify, the nearest ancestor that
+        does is returned (its own id in ``config``), unless ``strict=True``.
+        Returns ``None`` when nothing verifies, so the graph starts from step 0.
+        Damage never raises here (except in strict mode).
+        """
+        self._check_open()
+        thread_id, checkpoint_ns, checkpoint_id = _config_parts(config)
+        holders: dict[str, Any] = {}
+        if checkpoint_id is not None:
+            return self._get_with_fallback(thread_id, checkpoint_ns, checkpoint_id, holders)
+        return self._latest(thread_id, checkpoint_ns, holders)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints that verify, newest first; damaged ones are skipped and reported.
+
+        Args:
+            config: Restricts to a thread (and namespace / checkpoint id if given);
+                ``None`` lists every thread.
+            filter: Metadata key/values that must all match.
+            before: Only checkpoints older than this config's ``checkpoint_id``.
+            limit: At most this many (counted after verification).
+        """
+        self._check_open()
+        if limit is not None and limit <= 0:
+            return
+        before_id = get_checkpoint_id(before) if before else None
+        wanted_id = None
+        wanted_ns = None
+        if config is not None:
+            thread_id, _, wanted_id = _config_parts(config)
+            wanted_ns = config["configurable"].get("checkpoint_ns")
+            thread_ids: Sequence[str] = [thread_id]
+        else:
+            thread_ids = self._thread_ids()
+        yielded = 0
+        for thread_id in thread_ids:
+            holders: dict[str, Any] = {}
+            for checkpoint_id, checkpoint_ns in self._thread_checkpoints(thread_id, wanted_ns):
+                if wanted_id is not None and checkpoint_id != wanted_id:
+                    continue
+                if before_id is not None and checkpoint_id >= before_id:
+                    continue
+                try:
+                    found = self._load(
+                        thread_id, checkpoint_ns, checkpoint_id, holders, metadata_filter=filter
+                    )
+                except _Unusable:
+                    continue
+                if found is None:
+                    continue
+                yield found
+                yielded += 1
+                if limit is not None and yielded >= limit:
+                    return
+
+    def _latest(
+        self, thread_id: str, checkpoint_ns: str, holders: dict[str, Any]
+    ) -> CheckpointTuple | None:
+        skipped: list[str] = []
+        saw_any = False
+        for checkpoint_id in self._checkpoint_ids(thread_id, checkpoint_ns):
+            saw_any = True
+            try:
+                found = self._load(thread_id, checkpoint_ns, checkpoint_id, holders)
+            except _Unusable as unusable:
+                if self.strict:
+                    raise CheckpointDamagedError(
+                        thread_id, checkpoint_ns, checkpoint_id, unusable.reason
+                    ) from None
+                skipped.append(checkpoint_id)
+                continue
+            if found is None:
+                continue
+            if skipped:
+                self.reporter.fallback(
+                    f"thread {thread_id!r} namespace {checkpoint_ns!r}: newest checkpoint that "
+                    f"verifies is {checkpoint_id} ({len(skipped)} newer skipped)"
+                )
+            return found
+        if saw_any and skipped:
+            self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
+        return None
+
+    def _get_with_fallback(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, holders: dict[str, Any]
+    ) -> CheckpointTuple | None:
+        requested = checkpoint_id
+        visited: set[str] = set()
+        current: str | None = checkpoint_id
+        while current is not None and current not in visited:
+            visited.add(current)
+            try:
+                found = self._load(thread_id, checkpoint_ns, current, holders)
+            except _Unusable as unusable:
+                if self.strict:
+                    raise CheckpointDamagedError(
+                        thread_id, checkpoint_ns, current, unusable.reason
+                    ) from None
+                current = unusable.parent_hint or self._predecessor(
+                    thread_id, checkpoint_ns, current
+                )
+                continue
+            if found is None:
+                if current == requested:
+                    return None  # never existed: not damage
+                current = self._predecessor(thread_id, checkpoint_ns, current)
+                continue
+            if current != requested:
+                self.reporter.fallback(
+                    f"thread {thread_id!r} namespace {checkpoint_ns!r}: checkpoint {requested} "
+                    f"does not verify; returning its ancestor {current}"
+                )
+            return found
+        self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
+        return None
+
+    def _predecessor(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str | None:
+        # Used only when a damaged record no longer says who its parent was:
+        # checkpoint ids are time-ordered, so the next older one is the best guess.
+        for candidate in self._checkpoint_ids(thread_id, checkpoint_ns):
+            if candidate < checkpoint_id:
+                return candidate
+        return None
+
+    def _load(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        holders: dict[str, Any],
+        *,
+        metadata_filter: dict[str, Any] | None = None,
+    ) -> CheckpointTuple | None:
+        """Load one checkpoint completely, or raise ``_Unusable``; ``None`` if absent."""
+        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+        record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
+        if record is None:
+            return None
+        metadata = self.serde.loads_typed(record.metadata)
+        if metadata_filter and not all(
+            metadata.get(k) == v for k, v in metadata_filter.items()
+        ):
+            return None
+        entries = self._resolve_values(record, holders)
+        channel_values = {
+            ch: self.serde.loads_typed(typed)
+            for ch, typed in entries.items()
+            if typed[0] != EMPTY_TYPE
+        }
+        checkpoint: Checkpoint = {
+            **self.serde.loads_typed(record.checkpoint),
+            "channel_values": channel_values,
+        }
+        self._remember_refs(record)
+        return CheckpointTuple(
+            config=_config(thread_id, checkpoint_ns, checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config=(
+                _config(thread_id, checkpoint_ns, record.parent_checkpoint_id)
+                if record.parent_checkpoint_id
+                else None
+            ),
+            pending_writes=self._pending_writes(thread_id, checkpoint_ns, checkpoint_id),
+        )
+
+    def _read_checkpoint(
+        self, key: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> CheckpointRecord | None:
+        data = self._read(key)
+        if data is None:
+            return None
+        try:
+            return decode_checkpoint(
+                self.codec,
+                data,
+                {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": checkpoint_id,
+                },
+            )
+        except RecordDamagedError as exc:
+            damage = self.reporter.damaged(key, exc, data)
+            parent = (damage.identity or {}).get("parent_checkpoint_id") or None
+            if damage.identity and damage.identity.get("checkpoint_id") != checkpoint_id:
+                parent = None  # the header belongs to some other record: its parent is no clue
+            raise _Unusable(exc.reason, parent_hint=parent, own_damage=True) from None
+
+    def _read(self, key: str) -> bytes | None:
+        try:
+            return self.storage.read(key)
+        except OSError as exc:
+            # unreadable (EIO, EACCES): as unusable as damage, but not ours to move
+            raise _Unusable(f"cannot read {key}: {exc}", own_damage=False) from None
+
+    def _resolve_values(self, record: CheckpointRecord, holders: dict[str, Any]) -> dict[str, Typed]:
+        """Every channel's serialized value, from this record or the records holding them."""
+        entries: dict[str, Typed] = {}
+        for channel, (version, holder_id) in record.refs.items():
+            if holder_id == record.checkpoint_id:
+                stored = record.values.get(channel)
+            else:
+                stored = self._holder_values(record, holder_id, holders).get(channel)
+            if stored is None or stored[0] != version:
+                raise _Unusable(
+                    f"value of channel {channel!r} at version {version!r} is missing from "
+                    f"checkpoint {holder_id}",
+                    own_damage=False,
+                )
+            entries[channel] = stored[2]
+        return entries
+
+    def _holder_values(
+        self, record: CheckpointRecord, holder_id: str, holders: dict[str, Any]
+    ) -> dict[str, tuple[Any, int, Typed]]:
+        cached = holders.get(holder_id)
+        if isinstance(cached, _Unusable):
+            raise cached
+        if cached is not None:
+            return cached
+        key = _keys.checkpoint_key(record.thread_id, record.checkpoint_ns, holder_id)
+        try:
+            holder = self._read_checkpoint(
+                key, record.thread_id, record.checkpoint_ns, holder_id
+            )
+            if holder is None:
+                raise _Unusable(
+                    f"channel values are stored in checkpoint {holder_id}, which is missing",
+                    own_damage=False,
+                )
+        except _Unusable as unusable:
+            dependency = _Unusable(
+                f"depends on checkpoint {holder_id}: {unusable.reason}", own_damage=False
+            )
+            holders[holder_id] = dependency
+            raise dependency from None
+        if len(holders) > 256:
+            holders.clear()
+        holders[holder_id] = holder.values
+        return holder.values
+
+    def _pending_writes(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> list[tuple[str, str, Any]]:
+        prefix = _keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
+        found: list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
+        for name in self.storage.list(prefix):
+            key = f"{prefix}/{name}"
+            record = self._read_writes(key, thread_id, checkpoint_ns, checkpoint_id)
+            if record is None:
+                continue
+            for idx, channel, typed in record.writes:
+                found.append(
+                    (
+                        writes_sort_key(record.task_path, record.task_id, idx),
+                        (record.task_id, channel, self.serde.loads_typed(typed)),
+                    )
+                )
+        found.sort(key=lambda item: item[0])
+        return [write for _, write in found]
+
+    def _read_writes(
+        self, key: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> WritesRecord | None:
+        try:
+            data = self.storage.read(key)
+        except OSError:
+            return None
+        if data is None:
+            return None
+        try:
+            record = decode_writes(
+                self.codec,
+                data,
+                {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id},
+            )
+            expected_key = _keys.writes_key(
+                thread_id, checkpoint_ns, checkpoint_id, record.task_id, record.slot
+            )
+            if expected_key != key:
+                raise RecordDamagedError(
+                    f"record belongs at {expected_key}, found at {key} (moved or swapped)"
+                )
+        except RecordDamagedError as exc:
+            # a damaged batch is left out: only that task runs again
+            self.reporter.damaged(key, exc, data)
+            return None
+        return record
+
+    def _checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> list[str]:
+        """Checkpoint ids of one namespace, newest first, from names alone (no file is read)."""
+        prefix = _keys.checkpoints_prefix(thread_id, checkpoint_ns)
+        ids = []
+        for name in self.storage.list(prefix):
+            checkpoint_id = _keys.checkpoint_id_of(name)
+            if checkpoint_id is None and name.endswith(_keys.CHECKPOINT_SUFFIX):
+                checkpoint_id = self._id_from_header(f"{prefix}/{name}")
+            if checkpoint_id is not None:
+                ids.append(checkpoint_id)
+        ids.sort(reverse=True)
+        return ids
+
+    def _id_from_header(self, key: str) -> str | None:
+        # long ids are stored under a hashed name; the record's header says which id it is
+        data = self.storage.read(key)
+        if data is None:
+            return None
+        try:
+            return self.codec.read_header(data).identity.get("checkpoint_id")
+        except RecordDamagedError as exc:
+            self.reporter.damaged(key, exc, data)
+            return None
+
+    def _thread_checkpoints(
+        self, thread_id: str, checkpoint_ns: str | None
+    ) -> list[tuple[str, str]]:
+        namespaces = [checkpoint_ns] if checkpoint_ns is not None else self._namespaces(thread_id)
+        pairs = [(cid, ns) for ns in namespaces for cid in self._checkpoint_ids(thread_id, ns)]
+        pairs.sort(key=lambda pair: pair[0], reverse=True)
+        return pairs
+
+    def _namespaces(self, thread_id: str) -> list[str]:
+        prefix = _keys.namespaces_prefix(thread_id)
+        namespaces = []
+        for name in self.storage.list(prefix):
+            ns = _keys.decode_segment(name)
+            if ns is None:
+                ns = self._identity_field_under(f"{prefix}/{name}", "checkpoint_ns")
+            if ns is not None:
+                namespaces.append(ns)
+        return sorted(namespaces)
+
+    def _thread_ids(self) -> list[str]:
+        thread_ids = []
+        for name in self.storage.list("threads"):
+            thread_id = _keys.decode_segment(name)
+            if thread_id is None:
+                thread_id = self._identity_field_under(f"threads/{name}", "thread_id")
+            if thread_id is not None:
+                thread_ids.append(thread_id)
+        return sorted(thread_ids)
+
+    def _identity_field_under(self, prefix: str, field: str) -> str | None:
+        for key in self.storage.walk(prefix):
+            data = self.storage.read(key)
+            if data is None:
+                continue
+            try:
+                return self.codec.read_header(data).identity[field]
+            except (RecordDamagedError, KeyError):
+                continue
+        return None
+
+    # -- writing -----------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint durably; returns the config that names it.
+
+        Only channels in ``new_versions`` are stored (inside this checkpoint's
+        own record, one file and one fsync); unchanged channels refer to the
+        record that already holds them.
+        """
+        self._check_open()
+        thread_id, checkpoint_ns, parent_id = _config_parts(config)
+        _check_checkpoint(checkpoint)
+        checkpoint_id = checkpoint["id"]
+        body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        channel_values: dict[str, Any] = checkpoint.get("channel_values") or {}
+        parent_refs = (
+            self._refs_of(thread_id, checkpoint_ns, parent_id) if parent_id is not None else {}
+        )
+        values: dict[str, tuple[Any, int, Typed]] = {}
+        refs: dict[str, tuple[Any, str]] = {}
+        for channel, version in {**checkpoint["channel_versions"], **new_versions}.items():
+            inherited = parent_refs.get(channel)
+            if channel not in new_versions and inherited is not None and inherited[0] == version:
+                refs[channel] = inherited
+                continue
+            typed = (
+                self.serde.dumps_typed(channel_values[channel])
+                if channel in channel_values
+                else (EMPTY_TYPE, b"")
+            )
+            values[channel] = (version, VALUE_FULL, typed)
+            refs[channel] = (version, checkpoint_id)
+        record = CheckpointRecord(
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            parent_checkpoint_id=parent_id,
+            checkpoint=self.serde.dumps_typed(body),
+            metadata=self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
+            values=values,
+            refs=refs,
+        )
+        self.storage.write(
+            _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id),
+            encode_checkpoint(self.codec, record),
+        )
+        self._remember_refs(record)
+        return _config(thread_id, checkpoint_ns, checkpoint_id)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes durably, linked to the checkpoint in ``config``.
+
+        Regular writes of a task are stored once (a repeated call is a no-op,
+        as in ``InMemorySaver``); special writes (errors, interrupts, resume
+        values) replace the previous one of the same kind.
+        """
+        self._check_open()
+        thread_id, checkpoint_ns, checkpoint_id = _config_parts(config)
+        if checkpoint_id is None:
+            raise ValueError(
+                "put_writes needs config['configurable']['checkpoint_id']: writes belong to "
+                "a checkpoint"
+            )
+        if not isinstance(task_id, str):
+            raise TypeError(f"task_id must be a str, got {type(task_id).__name__}")
+        batches: dict[str, list[tuple[int, str, Typed]]] = {}
+        for idx, (channel, value) in enumerate(writes):
+            special = WRITES_IDX_MAP.get(channel)
+            slot = str(special) if special is not None else NORMAL_WRITES_SLOT
+            batches.setdefault(slot, []).append(
+                (special if special is not None else idx, channel, self.serde.dumps_typed(value))
+            )
+        for slot, batch in batches.items():
+            record = WritesRecord(
+                thread_id=thread_id,
+                checkpoint_ns=checkpoint_ns,
+                checkpoint_id=checkpoint_id,
+                task_id=task_id,
+                slot=slot,
+                task_path=task_path,
+                writes=batch,
+            )
+            self.storage.write(
+                _keys.writes_key(thread_id, checkpoint_ns, checkpoint_id, task_id, slot),
+                encode_writes(self.codec, record),
+                replace=slot != NORMAL_WRITES_SLOT,
+            )
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Versions as ``InMemorySaver`` makes them: a zero-padded counter and a random tail."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    def _refs_of(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> dict[str, tuple[Any, str]]:
+        cache_key = (thread_id, checkpoint_ns, checkpoint_id)
+        with self._lock:
+            cached = self._refs_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+        try:
+            record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
+        except _Unusable:
+            record = None
+        if record is None:
+            return {}  # the new record then holds every value itself
+        self._remember_refs(record)
+        return record.refs
+
+    def _remember_refs(self, record: CheckpointRecord) -> None:
+        cache_key = (record.thread_id, record.checkpoint_ns, record.checkpoint_id)
+        with self._lock:
+            self._refs_cache[cache_key] = record.refs
+            self._refs_cache.move_to_end(cache_key)
+            while len(self._refs_cache) > _REFS_CACHE_SIZE:
+                self._refs_cache.popitem(last=False)
+
+    def _forget_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for cache_key in [k for k in self._refs_cache if k[0] == thread_id]:
+                del self._refs_cache[cache_key]
+
+    # -- managing threads --------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, write and tool record of a thread."""
+        self._check_open()
+        thread_id = _keys.as_thread_id(thread_id)
+        self.storage.delete_tree(_keys.thread_prefix(thread_id))
+        self._forget_thread(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) created by the given runs.
+
+        Checkpoints that remain and whose channel values were stored in a
+        deleted checkpoint's record are first rewritten to hold those values
+        themselves, so every remaining checkpoint still loads in full.
+        """
+        self._check_open()
+        doomed_runs = set(run_ids)
+        if not doomed_runs:
+            return
+        for thread_id in self._thread_ids():
+            for checkpoint_ns in self._namespaces(thread_id):
+                records = self._records_of(thread_id, checkpoint_ns)
+                doomed = {
+                    cid
+                    for cid, record in records.items()
+                    if self.serde.loads_typed(record.metadata).get("run_id") in doomed_runs
+                }
+                if doomed:
+                    self._remove_checkpoints(thread_id, checkpoint_ns, records, doomed)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune threads: ``"keep_latest"`` keeps the newest verified checkpoint per namespace
+        (with its pending writes, rewritten to hold all its values); ``"delete"`` removes all.
+
+        Tool-call records are kept (a resume from the kept checkpoint may need them).
+        """
+        self._check_open()
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
+        for thread_id in thread_ids:
+            thread_id = _keys.as_thread_id(thread_id)
+            if strategy == "delete":
+                self.storage.delete_tree(_keys.namespaces_prefix(thread_id))
+                self._forget_thread(thread_id)
+                continue
+            for checkpoint_ns in self._namespaces(thread_id):
+                latest = self._latest(thread_id, checkpoint_ns, {})
+                records = self._records_of(thread_id, checkpoint_ns)
+                keep = latest.config["configurable"]["checkpoint_id"] if latest else None
+                self._remove_checkpoints(
+                    thread_id, checkpoint_ns, records, set(records) - {keep}
+                )
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every verified record of a thread (checkpoints, writes, tool records) to another.
+
+        Damaged records are not copied; they are reported and quarantined.
+        """
+        self._check_open()
+        source = _keys.as_thread_id(source_thread_id)
+        target = _keys.as_thread_id(target_thread_id)
+        if source == target:
+            return
+        source_prefix = _keys.thread_prefix(source)
+        checkpoints: list[tuple[str, bytes]] = []
+        for key in list(self.storage.walk(source_prefix)):
+            data = self.storage.read(key)
+            if data is None:
+                continue
+            try:
+                header = self.codec.read_header(data)
+                if canonical_key(header.kind, header.identity) != key:
+                    raise RecordDamagedError(f"record belongs at {canonical_key(header.kind, header.identity)}")
+                identity = {**header.identity, "thread_id": target}
+                copied = self.codec.reframe(data, header.kind, identity)
+            except RecordDamagedError as exc:
+                self.reporter.damaged(key, exc, data)
+                continue
+            target_key = canonical_key(header.kind, identity)
+            if header.kind is RecordKind.CHECKPOINT:
+                checkpoints.append((target_key, copied))  # last, so they never point at nothing
+            else:
+                self.storage.write(target_key, copied)
+        for target_key, copied in sorted(checkpoints):
+            self.storage.write(target_key, copied)
+
+    def _records_of(self, thread_id: str, checkpoint_ns: str) -> dict[str, CheckpointRecord]:
+        """Every checkpoint record of a namespace that verifies (damage is reported)."""
+        records = {}
+        for checkpoint_id in self._checkpoint_ids(thread_id, checkpoint_ns):
+            key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+            try:
+                record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
+            except _Unusable:
+                continue
+            if record is not None:
+                records[checkpoint_id] = record
+        return records
+
+    def _remove_checkpoints(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        records: dict[str, CheckpointRecord],
+        doomed: set[str],
+    ) -> None:
+        # First make every survivor independent of the records about to go...
+        for checkpoint_id, record in records.items():
+            if checkpoint_id in doomed:
+                continue
+            moved = {ch for ch, (_, holder) in record.refs.items() if holder in doomed}
+            if not moved:
+                continue
+            for channel in moved:
+                version, holder_id = record.refs[channel]
+                holder = records.get(holder_id)
+                stored = holder.values.get(channel) if holder else None
+                if stored is None or stored[0] != version:
+                    continue  # already unusable; nothing to carry over
+                record.values[channel] = stored
+                record.refs[channel] = (version, checkpoint_id)
+            self.storage.write(
+                _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id),
+                encode_checkpoint(self.codec, record),
+            )
+            self._remember_refs(record)
+        # ...then remove them.
+        for checkpoint_id in doomed:
+            self.storage.delete(_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))
+            self.storage.delete_tree(_keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id))
+        self._forget_thread(thread_id)
+
+    # -- integrity ---------------------------------------------------------
+
+    def verify(
+        self,
+        thread_id: str | None = None,
+        *,
+        repair: bool = False,
+        progress: Callable[[int, int], Any] | None = None,
+    ) -> VerifyReport:
+        """Check every record of the store (or of one thread) and report damage.
+
+        Args:
+            thread_id: Only this thread; ``None`` for the whole store.
+            repair: Quarantine every damaged record found.
+            progress: Called as ``progress(done, total)`` while records are checked.
+
+        Returns:
+            A ``VerifyReport`` naming each damaged record and each checkpoint it
+            makes unusable.
+        """
+        self._check_open()
+        prefix = "threads" if thread_id is None else _keys.thread_prefix(_keys.as_thread_id(thread_id))
+        return verify_store(self, prefix, repair=repair, progress=progress)
+
+    async def averify(
+        self,
+        thread_id: str | None = None,
+        *,
+        repair: bool = False,
+        progress: Callable[[int, int], Any] | None = None,
+    ) -> VerifyReport:
+        """Async twin of ``verify``."""
+        return await self._run(self.verify, thread_id, repair=repair, progress=progress)
+
+    # -- async twins ---------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self._offload:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async twin of ``get_tuple``."""
+        return await self._run(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async twin of ``list``: items are produced in batches on a worker thread."""
+        iterator = self.list(config, filter=filter, before=before, limit=limit)
+
+        def next_batch() -> list[CheckpointTuple]:
+            batch = []
+            for item in iterator:
+                batch.append(item)
+                if len(batch) >= _ASYNC_LIST_BATCH:
+                    break
+            return batch
+
+        while batch := await self._run(next_batch):
+            for item in batch:
+                yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async twin of ``put``."""
+        return await self._run(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Async twin of ``put_writes``."""
+        await self._run(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async twin of ``delete_thread``."""
+        await self._run(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async twin of ``delete_for_runs``."""
+        await self._run(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async twin of ``copy_thread``."""
+        await self._run(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async twin of ``prune``."""
+        await self._run(self.prune, thread_ids, strategy=strategy)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise VerifiedSaverError(
+                f"{self!r} is closed; open a new VerifiedSaver on the same store to continue"
+            )
+
+
+def _config_parts(config: RunnableConfig) -> tuple[str, str, str | None]:
+    if not isinstance(config, dict) or not isinstance(config.get("configurable"), dict):
+        raise TypeError(
+            'config must be a dict like {"configurable": {"thread_id": "..."}}, got '
+            f"{config!r:.200}"
+        )
+    configurable = config["configurable"]
+    if "thread_id" not in configurable:
+        raise ValueError(
+            'config["configurable"]["thread_id"] is required: it names the thread to save to'
+        )
+    thread_id = _keys.as_thread_id(configurable["thread_id"])
+    checkpoint_ns = configurable.get("checkpoint_ns") or ""
+    if not isinstance(checkpoint_ns, str):
+        raise TypeError(f"checkpoint_ns must be a str, got {type(checkpoint_ns).__name__}")
+    checkpoint_id = configurable.get("checkpoint_id") or None
+    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
+        raise TypeError(f"checkpoint_id must be a str, got {type(checkpoint_id).__name__}")
+    return thread_id, checkpoint_ns, checkpoint_id
+
+
+def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _check_checkpoint(checkpoint: Any) -> None:
+    if not isinstance(checkpoint, dict):
+        raise TypeError(f"checkpoint must be a dict, got {type(checkpoint).__name__}")
+    if not isinstance(checkpoint.get("id"), str) or not checkpoint["id"]:
+        raise ValueError("checkpoint['id'] must be a non-empty string")
+    if not isinstance(checkpoint.get("channel_versions"), dict):
+        raise ValueError("checkpoint['channel_versions'] must be a dict")

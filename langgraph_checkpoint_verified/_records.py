@@ -179,6 +179,19 @@ def decode_writes(codec: Codec, data: bytes, expected: dict[str, str]) -> Writes
         raise RecordDamagedError(f"writes content has an unexpected shape: {exc!r}") from None
 
 
+def pack_typed(typed: Typed) -> bytes:
+    """Content of a tool record: one serialized value."""
+    return pack({"v": CONTENT_VERSION, "type": typed[0], "data": typed[1]})
+
+
+def unpack_typed(content: bytes) -> Typed:
+    body = unpack(content)
+    try:
+        return _str(body["type"]), _bytes(body["data"])
+    except (KeyError, TypeError) as exc:
+        raise RecordDamagedError(f"tool record has an unexpected shape: {exc!r}") from None
+
+
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected str, found {type(value).__name__}")

@@ -48,6 +48,8 @@ from langgraph_checkpoint_verified._records import (
     decode_writes,
     encode_checkpoint,
     encode_writes,
+    pack_typed,
+    unpack_typed,
 )
 from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage, Storage
 from langgraph_checkpoint_verified.errors import (
@@ -116,13 +118,13 @@ class VerifiedSaver(
         >>> class State(TypedDict):
         ...     count: int
         >>> builder = StateGraph(State)
-        >>> builder.add_node("inc", lambda s: {"count": s["count"] + 1})
-        >>> builder.add_edge(START, "inc")
+        >>> _ = builder.add_node("inc", lambda s: {"count": s["count"] + 1})
+        >>> _ = builder.add_edge(START, "inc")
         >>> with tempfile.TemporaryDirectory() as store:
         ...     graph = builder.compile(checkpointer=VerifiedSaver(store))
         ...     config = {"configurable": {"thread_id": "demo"}}
         ...     graph.invoke({"count": 1}, config)
-        ...     graph.get_state(config).values
+        ...     VerifiedSaver(store).get_tuple(config).checkpoint["channel_values"]
         {'count': 2}
         {'count': 2}
     """
@@ -736,6 +738,115 @@ class VerifiedSaver(
             for cache_key in [k for k in self._refs_cache if k[0] == thread_id]:
                 del self._refs_cache[cache_key]
 
+    # -- tool-call records -------------------------------------------------
+
+    def put_tool_record(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        tool_call_id: str,
+        kind: str,
+        *,
+        fingerprint: str,
+        value: Any = None,
+    ) -> None:
+        """Durably record a tool call's ``"intent"`` (about to run) or ``"result"``.
+
+        Args:
+            thread_id: The thread the call belongs to.
+            checkpoint_ns: The namespace of the node making the call, stable across resumes.
+            tool_call_id: The id of the tool call in the AI message.
+            kind: ``"intent"`` or ``"result"``.
+            fingerprint: Identifies the call's tool name and arguments; a rerun
+                with another fingerprint does not reuse the record.
+            value: What to keep (serialized with the saver's serde).
+        """
+        self._check_open()
+        thread_id = _keys.as_thread_id(thread_id)
+        record_kind = _tool_kind(kind)
+        identity = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "tool_call_id": tool_call_id,
+            "fingerprint": fingerprint,
+        }
+        type_, blob = self.serde.dumps_typed(value)
+        self.storage.write(
+            canonical_key(record_kind, identity),
+            self.codec.encode(record_kind, identity, pack_typed((type_, blob))),
+        )
+
+    def get_tool_record(
+        self, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
+    ) -> tuple[str, Any] | None:
+        """The recorded ``(fingerprint, value)`` of a tool call, or ``None``.
+
+        A damaged record is reported, quarantined and treated as absent.
+        """
+        self._check_open()
+        thread_id = _keys.as_thread_id(thread_id)
+        record_kind = _tool_kind(kind)
+        key = _keys.tool_record_key(thread_id, checkpoint_ns, tool_call_id, kind)
+        try:
+            data = self.storage.read(key)
+        except OSError:
+            return None
+        if data is None:
+            return None
+        try:
+            header, content = self.codec.decode_with_header(data, record_kind)
+            identity = header.identity
+            if canonical_key(record_kind, identity) != key:
+                raise RecordDamagedError(f"record belongs at {canonical_key(record_kind, identity)}")
+            typed = unpack_typed(content)
+        except RecordDamagedError as exc:
+            self.reporter.damaged(key, exc, data)
+            return None
+        return identity["fingerprint"], self.serde.loads_typed(typed)
+
+    def delete_tool_record(
+        self, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
+    ) -> None:
+        """Remove one tool-call record (missing is fine)."""
+        self._check_open()
+        _tool_kind(kind)
+        self.storage.delete(
+            _keys.tool_record_key(_keys.as_thread_id(thread_id), checkpoint_ns, tool_call_id, kind)
+        )
+
+    async def aput_tool_record(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        tool_call_id: str,
+        kind: str,
+        *,
+        fingerprint: str,
+        value: Any = None,
+    ) -> None:
+        """Async twin of ``put_tool_record``."""
+        await self._run(
+            self.put_tool_record,
+            thread_id,
+            checkpoint_ns,
+            tool_call_id,
+            kind,
+            fingerprint=fingerprint,
+            value=value,
+        )
+
+    async def aget_tool_record(
+        self, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
+    ) -> tuple[str, Any] | None:
+        """Async twin of ``get_tool_record``."""
+        return await self._run(self.get_tool_record, thread_id, checkpoint_ns, tool_call_id, kind)
+
+    async def adelete_tool_record(
+        self, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
+    ) -> None:
+        """Async twin of ``delete_tool_record``."""
+        await self._run(self.delete_tool_record, thread_id, checkpoint_ns, tool_call_id, kind)
+
     # -- managing threads --------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
@@ -978,6 +1089,14 @@ class VerifiedSaver(
             raise VerifiedSaverError(
                 f"{self!r} is closed; open a new VerifiedSaver on the same store to continue"
             )
+
+
+def _tool_kind(kind: str) -> RecordKind:
+    if kind == "intent":
+        return RecordKind.TOOL_INTENT
+    if kind == "result":
+        return RecordKind.TOOL_RESULT
+    raise ValueError(f"tool record kind must be 'intent' or 'result', got {kind!r}")
 
 
 def _config_parts(config: RunnableConfig) -> tuple[str, str, str | None]:

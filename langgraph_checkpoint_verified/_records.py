@@ -35,6 +35,8 @@ class CheckpointRecord:
         values: Channel values stored in this record: channel -> (version, encoding, typed).
         refs: For every channel of the checkpoint: (version, id of the checkpoint
             whose record holds the value).
+        since_full: How many checkpoints up the parent chain the nearest one is
+            that holds all of its own values (0: this one does).
     """
 
     thread_id: str
@@ -45,6 +47,7 @@ class CheckpointRecord:
     metadata: Typed
     values: dict[str, tuple[Any, int, Typed]]
     refs: dict[str, tuple[Any, str]]
+    since_full: int = 0
 
     def identity(self) -> dict[str, str]:
         return checkpoint_identity(
@@ -73,6 +76,7 @@ def encode_checkpoint(codec: Codec, record: CheckpointRecord) -> bytes:
             for ch, (version, encoding, typed) in record.values.items()
         },
         "refs": {ch: [version, holder] for ch, (version, holder) in record.refs.items()},
+        "since_full": record.since_full,
     }
     return codec.encode(RecordKind.CHECKPOINT, record.identity(), pack(content))
 
@@ -109,6 +113,7 @@ def decode_checkpoint(
             refs={
                 _str(ch): (version, _str(holder)) for ch, (version, holder) in body["refs"].items()
             },
+            since_full=int(body.get("since_full", 0)),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RecordDamagedError(f"checkpoint content has an unexpected shape: {exc!r}") from None

@@ -110,6 +110,11 @@ class VerifiedSaver(
             instead of falling back past damage.
         on_corruption: Called with a ``Damage`` for each damaged record found.
         quarantine: ``False`` reports damage without moving files aside.
+        full_snapshot_every: Every this many checkpoints along a chain, a
+            checkpoint stores all its channel values, not only the changed ones.
+            This bounds what one damaged record can make unusable (the
+            checkpoints until the next full one) at the cost of storing the
+            unchanged channels again.
 
     Example:
         >>> import tempfile
@@ -141,8 +146,12 @@ class VerifiedSaver(
         strict: bool = False,
         on_corruption: Callable[[Damage], Any] | None = None,
         quarantine: bool = True,
+        full_snapshot_every: int = 50,
     ) -> None:
         super().__init__(serde=serde)
+        if not isinstance(full_snapshot_every, int) or full_snapshot_every < 1:
+            raise ValueError(f"full_snapshot_every must be a positive int, got {full_snapshot_every!r}")
+        self.full_snapshot_every = full_snapshot_every
         if (path is None) == (storage is None):
             raise TypeError(
                 "pass exactly one of a store directory (VerifiedSaver('checkpoints/')) or "
@@ -156,9 +165,7 @@ class VerifiedSaver(
         self.reporter = DamageReporter(
             self.storage, self.codec, on_corruption=on_corruption, quarantine=quarantine
         )
-        self._refs_cache: OrderedDict[tuple[str, str, str], dict[str, tuple[Any, str]]] = (
-            OrderedDict()
-        )
+        self._refs_cache: OrderedDict[tuple[str, str, str], CheckpointRecord] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = False
         # memory needs no worker thread: nothing there can block the loop on I/O
@@ -618,9 +625,9 @@ class VerifiedSaver(
         checkpoint_id = checkpoint["id"]
         body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         channel_values: dict[str, Any] = checkpoint.get("channel_values") or {}
-        parent_refs = (
-            self._refs_of(thread_id, checkpoint_ns, parent_id) if parent_id is not None else {}
-        )
+        parent = self._refs_of(thread_id, checkpoint_ns, parent_id) if parent_id else None
+        full = parent is None or parent.since_full + 1 >= self.full_snapshot_every
+        parent_refs = {} if full or parent is None else parent.refs
         values: dict[str, tuple[Any, int, Typed]] = {}
         refs: dict[str, tuple[Any, str]] = {}
         for channel, version in {**checkpoint["channel_versions"], **new_versions}.items():
@@ -644,6 +651,7 @@ class VerifiedSaver(
             metadata=self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
             values=values,
             refs=refs,
+            since_full=0 if full or parent is None else parent.since_full + 1,
         )
         self.storage.write(
             _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id),
@@ -709,7 +717,11 @@ class VerifiedSaver(
 
     def _refs_of(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
-    ) -> dict[str, tuple[Any, str]]:
+    ) -> CheckpointRecord | None:
+        """The parent's record (refs and chain position), or ``None`` if it cannot be read.
+
+        ``None`` makes the new checkpoint hold every value itself.
+        """
         cache_key = (thread_id, checkpoint_ns, checkpoint_id)
         with self._lock:
             cached = self._refs_cache.get(cache_key)
@@ -720,15 +732,26 @@ class VerifiedSaver(
             record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
         except _Unusable:
             record = None
-        if record is None:
-            return {}  # the new record then holds every value itself
-        self._remember_refs(record)
-        return record.refs
+        if record is not None:
+            self._remember_refs(record)
+        return record
 
     def _remember_refs(self, record: CheckpointRecord) -> None:
+        # keep only what put needs: the refs and the chain position, not the values
+        summary = CheckpointRecord(
+            thread_id=record.thread_id,
+            checkpoint_ns=record.checkpoint_ns,
+            checkpoint_id=record.checkpoint_id,
+            parent_checkpoint_id=record.parent_checkpoint_id,
+            checkpoint=("", b""),
+            metadata=("", b""),
+            values={},
+            refs=record.refs,
+            since_full=record.since_full,
+        )
         cache_key = (record.thread_id, record.checkpoint_ns, record.checkpoint_id)
         with self._lock:
-            self._refs_cache[cache_key] = record.refs
+            self._refs_cache[cache_key] = summary
             self._refs_cache.move_to_end(cache_key)
             while len(self._refs_cache) > _REFS_CACHE_SIZE:
                 self._refs_cache.popitem(last=False)
@@ -969,6 +992,8 @@ class VerifiedSaver(
                     continue  # already unusable; nothing to carry over
                 record.values[channel] = stored
                 record.refs[channel] = (version, checkpoint_id)
+            if all(holder == checkpoint_id for _, holder in record.refs.values()):
+                record.since_full = 0
             self.storage.write(
                 _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id),
                 encode_checkpoint(self.codec, record),

@@ -184,6 +184,16 @@ class Codec:
             RecordDamagedError: On any mismatch; the reason says which check failed.
         """
         payload, content_size = self._verified_payload(data, kind, expected_identity)
+        # zstd allocates the size its own frame header declares, whatever
+        # max_output_size says: that size must be the one we already bounded.
+        try:
+            frame_size = zstandard.frame_content_size(payload)
+        except zstandard.ZstdError as exc:
+            raise RecordDamagedError(f"payload is not a zstd frame: {exc}") from None
+        if frame_size != content_size:
+            raise RecordDamagedError(
+                f"zstd frame declares {frame_size} bytes, header says {content_size}"
+            )
         try:
             content = zstandard.ZstdDecompressor().decompress(
                 payload, max_output_size=content_size

@@ -23,7 +23,7 @@ demo: $(STAMP_BASE)
 	$(BIN)/python examples/demo.py
 
 test: $(STAMP_TEST)
-	$(BIN)/python -m pytest -q -p no:randomly langgraph_checkpoint_verified tests
+	$(BIN)/python -m pytest -q langgraph_checkpoint_verified tests docs README.md
 
 lint: $(STAMP_TEST)
 	$(BIN)/ruff check langgraph_checkpoint_verified tests benchmarks examples

@@ -65,6 +65,10 @@ def decode_segment(segment: str) -> str | None:
         return ""
     if "~~" in segment or not _ESCAPED.fullmatch(segment):
         return None
+    if "~" not in segment:
+        # plain segments (every checkpoint id LangGraph makes) decode to themselves;
+        # skipping the byte loop keeps listing a 10,000-checkpoint thread fast
+        return segment
     out = bytearray()
     i = 0
     while i < len(segment):

@@ -183,7 +183,8 @@ class FileStorage:
         if not base.is_dir():
             return
         for dirpath, dirnames, filenames in os.walk(base):
-            dirnames.sort()
+            # a directory being deleted is renamed to a temp name first: never descend
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(TEMP_PREFIX))
             rel = Path(dirpath).relative_to(self.root).as_posix()
             for name in sorted(filenames):
                 if name.startswith(TEMP_PREFIX):

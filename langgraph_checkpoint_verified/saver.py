@@ -625,7 +625,11 @@ class VerifiedSaver(
         checkpoint_id = checkpoint["id"]
         body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         channel_values: dict[str, Any] = checkpoint.get("channel_values") or {}
-        parent = self._refs_of(thread_id, checkpoint_ns, parent_id) if parent_id else None
+        parent = (
+            self._refs_of(thread_id, checkpoint_ns, parent_id)
+            if parent_id and parent_id != checkpoint_id  # a re-put must not refer to itself
+            else None
+        )
         full = parent is None or parent.since_full + 1 >= self.full_snapshot_every
         parent_refs = {} if full or parent is None else parent.refs
         values: dict[str, tuple[Any, int, Typed]] = {}

@@ -134,7 +134,7 @@ class Codec:
         the identity and both digests are new.
         """
         payload, content_size = self._verified_payload(data, kind, None)
-        return self._frame(kind, encode_identity(identity), payload, content_size)
+        return self._frame(kind, encode_identity(identity), bytes(payload), content_size)
 
     def _frame(
         self, kind: RecordKind, identity_bytes: bytes, payload: bytes, content_size: int

@@ -12,6 +12,7 @@ waits on a disk.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import random
 import threading
@@ -159,7 +160,9 @@ class VerifiedSaver(
             )
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
-        self.storage: Storage = storage if storage is not None else FileStorage(path, fsync=fsync)
+        self.storage: Storage = (
+            storage if storage is not None else FileStorage(path, fsync=fsync)  # type: ignore[arg-type]
+        )
         self.codec = Codec(key, compression_level=compression_level)
         self.strict = strict
         self.reporter = DamageReporter(
@@ -308,7 +311,7 @@ class VerifiedSaver(
     def _latest(
         self, thread_id: str, checkpoint_ns: str, holders: dict[str, Any]
     ) -> CheckpointTuple | None:
-        skipped: list[str] = []
+        skipped: builtins.list[str] = []
         saw_any = False
         for checkpoint_id in self._checkpoint_ids(thread_id, checkpoint_ns):
             saw_any = True
@@ -399,7 +402,7 @@ class VerifiedSaver(
             for ch, typed in entries.items()
             if typed[0] != EMPTY_TYPE
         }
-        checkpoint: Checkpoint = {
+        checkpoint: Checkpoint = {  # type: ignore[typeddict-item]
             **self.serde.loads_typed(record.checkpoint),
             "channel_values": channel_values,
         }
@@ -494,9 +497,9 @@ class VerifiedSaver(
 
     def _pending_writes(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
-    ) -> list[tuple[str, str, Any]]:
+    ) -> builtins.list[tuple[str, str, Any]]:
         prefix = _keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
-        found: list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
+        found: builtins.list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
         for name in self.storage.list(prefix):
             key = f"{prefix}/{name}"
             record = self._read_writes(key, thread_id, checkpoint_ns, checkpoint_id)
@@ -540,7 +543,7 @@ class VerifiedSaver(
             return None
         return record
 
-    def _checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> list[str]:
+    def _checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> builtins.list[str]:
         """Checkpoint ids of one namespace, newest first, from names alone (no file is read)."""
         prefix = _keys.checkpoints_prefix(thread_id, checkpoint_ns)
         ids = []
@@ -566,13 +569,13 @@ class VerifiedSaver(
 
     def _thread_checkpoints(
         self, thread_id: str, checkpoint_ns: str | None
-    ) -> list[tuple[str, str]]:
+    ) -> builtins.list[tuple[str, str]]:
         namespaces = [checkpoint_ns] if checkpoint_ns is not None else self._namespaces(thread_id)
         pairs = [(cid, ns) for ns in namespaces for cid in self._checkpoint_ids(thread_id, ns)]
         pairs.sort(key=lambda pair: pair[0], reverse=True)
         return pairs
 
-    def _namespaces(self, thread_id: str) -> list[str]:
+    def _namespaces(self, thread_id: str) -> builtins.list[str]:
         prefix = _keys.namespaces_prefix(thread_id)
         namespaces = []
         for name in self.storage.list(prefix):
@@ -583,7 +586,7 @@ class VerifiedSaver(
                 namespaces.append(ns)
         return sorted(namespaces)
 
-    def _thread_ids(self) -> list[str]:
+    def _thread_ids(self) -> builtins.list[str]:
         thread_ids = []
         for name in self.storage.list("threads"):
             thread_id = _keys.decode_segment(name)
@@ -939,7 +942,7 @@ class VerifiedSaver(
         if source == target:
             return
         source_prefix = _keys.thread_prefix(source)
-        checkpoints: list[tuple[str, bytes]] = []
+        checkpoints: builtins.list[tuple[str, bytes]] = []
         for key in list(self.storage.walk(source_prefix)):
             data = self.storage.read(key)
             if data is None:
@@ -1065,7 +1068,7 @@ class VerifiedSaver(
         """Async twin of ``list``: items are produced in batches on a worker thread."""
         iterator = self.list(config, filter=filter, before=before, limit=limit)
 
-        def next_batch() -> list[CheckpointTuple]:
+        def next_batch() -> builtins.list[CheckpointTuple]:
             batch = []
             for item in iterator:
                 batch.append(item)

@@ -15,7 +15,20 @@ from langgraph_checkpoint_verified.recovery import (
     UnusableCheckpoint,
     VerifyReport,
 )
+from langgraph_checkpoint_verified.retry import (
+    STOP_RETRYING,
+    RecoveryFailedError,
+    RecoveryResult,
+    StateUpdate,
+    arun_with_recovery,
+    run_with_recovery,
+)
 from langgraph_checkpoint_verified.saver import VerifiedSaver
+from langgraph_checkpoint_verified.tools import (
+    VerifiedToolNode,
+    current_idempotency_key,
+    idempotency_key,
+)
 
 __all__ = [
     "CheckpointDamagedError",
@@ -23,12 +36,21 @@ __all__ = [
     "FileStorage",
     "MemoryStorage",
     "RecordDamagedError",
+    "RecoveryFailedError",
+    "RecoveryResult",
     "RecoveryStats",
+    "STOP_RETRYING",
+    "StateUpdate",
     "Storage",
     "StoreWriteError",
     "ToolOutcomeUnknownError",
     "UnusableCheckpoint",
     "VerifiedSaver",
     "VerifiedSaverError",
+    "VerifiedToolNode",
     "VerifyReport",
+    "arun_with_recovery",
+    "current_idempotency_key",
+    "idempotency_key",
+    "run_with_recovery",
 ]

@@ -1,0 +1,474 @@
+"""``VerifiedToolNode``: tool calls whose side effects happen once.
+
+LangGraph saves a task's writes only when the whole task finishes, and
+``ToolNode`` runs every tool call of one AI message inside one task. If one
+call fails or the process dies, a resume runs the finished calls again.
+``VerifiedToolNode`` records each finished call in the thread's
+``VerifiedSaver`` the moment it finishes, and a rerun returns the recorded
+result instead of invoking the tool.
+
+A call is identified by its thread, the node's namespace (with LangGraph's
+per-task ids removed, so it is the same on every resume), its
+``tool_call_id``, and a fingerprint of the tool name and arguments. The policy
+for one call is written once, in ``_recorded_call``, as a generator that yields
+what it needs done (read, write or delete a record, run the tool); a sync and
+an async driver carry those steps out.
+
+Rules, in the order they apply:
+
+* A recorded result with the same fingerprint is returned; the tool is not
+  invoked. With another fingerprint the tool runs again (and the reason is
+  logged as a warning).
+* Errors are not recorded: a call that raised, or ended in an error
+  ``ToolMessage`` (``handle_tool_errors``), runs again on a rerun.
+* An at-most-once tool gets a durable intent record before it starts. Intent
+  without result on a rerun means the process stopped while the tool ran: the
+  outcome is unknown, so the tool is not invoked (see ``on_unknown_outcome``).
+  An error or an ``interrupt()`` raised by the tool is a known outcome, so its
+  intent is withdrawn and the call runs again, as any other call would.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.messages import ToolCall, ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolRuntime
+from langgraph.types import interrupt
+
+from langgraph_checkpoint_verified.errors import ToolOutcomeUnknownError
+from langgraph_checkpoint_verified.saver import VerifiedSaver
+
+__all__ = ["VerifiedToolNode", "current_idempotency_key", "idempotency_key"]
+
+logger = logging.getLogger("langgraph_checkpoint_verified")
+
+UnknownOutcomePolicy = Literal["error", "raise", "interrupt"]
+_POLICIES = ("error", "raise", "interrupt")
+
+_NS_SEP = "|"  # LangGraph joins nested namespaces with "|"...
+_NS_END = ":"  # ...and ends each part with ":<task_id>", which changes across resumes
+
+_current_key: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "langgraph_checkpoint_verified_idempotency_key"
+)
+
+
+def stable_namespace(checkpoint_ns: str) -> str:
+    """A node's namespace without the task ids that change from one resume to the next.
+
+    Example:
+        >>> stable_namespace("agent:1f0e|tools:9c2a")
+        'agent|tools'
+        >>> stable_namespace("")
+        ''
+    """
+    return _NS_SEP.join(part.split(_NS_END, 1)[0] for part in checkpoint_ns.split(_NS_SEP))
+
+
+def idempotency_key(thread_id: str, checkpoint_ns: str, tool_call_id: str) -> str:
+    """The idempotency key of one tool call: the same in every resume and every process.
+
+    It is the SHA-256 (hex) of the thread id, the stable namespace of the node
+    and the tool call id. Tools read it with ``current_idempotency_key()``;
+    this function lets other code compute it (to look a call up in an
+    external system, for example).
+
+    Example:
+        >>> key = idempotency_key("thread-1", "tools:1f0e", "call_1")
+        >>> key == idempotency_key("thread-1", "tools:77aa", "call_1"), len(key)
+        (True, 64)
+    """
+    material = "\0".join((str(thread_id), stable_namespace(checkpoint_ns), tool_call_id))
+    return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def current_idempotency_key() -> str:
+    """The idempotency key of the tool call being run by ``VerifiedToolNode``.
+
+    Pass it to external APIs that de-duplicate requests (payment providers,
+    mail services): a call repeated after a crash then has the same key.
+
+    Raises:
+        LookupError: Outside a tool call run by a ``VerifiedToolNode``.
+
+    Example:
+        >>> from langchain_core.tools import tool
+        >>> @tool
+        ... def charge(amount: int) -> str:
+        ...     \"\"\"Charge the card.\"\"\"
+        ...     return f"charged {amount} with key {current_idempotency_key()[:8]}"
+        >>> current_idempotency_key()
+        Traceback (most recent call last):
+        ...
+        LookupError: current_idempotency_key() works only inside a tool run by VerifiedToolNode
+    """
+    try:
+        return _current_key.get()
+    except LookupError:
+        raise LookupError(
+            "current_idempotency_key() works only inside a tool run by VerifiedToolNode"
+        ) from None
+
+
+@contextmanager
+def _idempotency_key_set(key: str) -> Iterator[None]:
+    token = _current_key.set(key)
+    try:
+        yield
+    finally:
+        _current_key.reset(token)
+
+
+def fingerprint(tool_name: str, args: Any) -> str:
+    """SHA-256 of a tool name and its arguments (canonical JSON, keys sorted)."""
+    canonical = json.dumps(
+        {"name": tool_name, "args": args},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=repr,
+    )
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Everything that identifies one tool call across resumes."""
+
+    saver: VerifiedSaver
+    thread_id: str
+    checkpoint_ns: str
+    tool_call_id: str
+    name: str
+    fingerprint: str
+    idempotency_key: str
+    at_most_once: bool
+
+
+# Steps the policy asks its driver to carry out.
+@dataclass(frozen=True)
+class _Read:
+    kind: str
+
+
+@dataclass(frozen=True)
+class _Write:
+    kind: str
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class _Delete:
+    kind: str
+
+
+class _RunTool:
+    pass
+
+
+_Step = _Read | _Write | _Delete | _RunTool
+_RUN_TOOL = _RunTool()
+
+
+class VerifiedToolNode(ToolNode):
+    """A ``ToolNode`` that records each finished tool call, so a resume never repeats it.
+
+    A drop-in for ``langgraph.prebuilt.ToolNode``: the same arguments and
+    behaviour (parallel calls, ``handle_tool_errors``, tools returning
+    ``Command``, injected state and runtime, ``wrap_tool_call``), sync and
+    async. Records go to the graph's own checkpointer, which must be a
+    ``VerifiedSaver`` (or pass ``saver=``).
+
+    Each call's record is keyed by thread, the node's namespace, the
+    ``tool_call_id`` and a fingerprint of tool name and arguments; tool call
+    ids must therefore be unique within a thread, as chat model providers make
+    them. Calls that raise or end in an error ``ToolMessage`` are not recorded
+    and run again on a resume.
+
+    Every call has an idempotency key, the same across resumes and processes,
+    which the tool reads with ``current_idempotency_key()``.
+
+    Args:
+        tools: The tools, as for ``ToolNode``.
+        at_most_once: Names of tools that must never run twice for one call.
+            An intent record is written durably before such a tool starts; if
+            a rerun finds the intent but no result, the tool is not invoked.
+        on_unknown_outcome: What a rerun does for an at-most-once call whose
+            outcome is unknown. ``"error"`` (the default) returns an error
+            ``ToolMessage`` explaining it, so the model (or a person) decides.
+            ``"raise"`` raises ``ToolOutcomeUnknownError``. ``"interrupt"``
+            calls ``interrupt()`` with a description of the call; the value it
+            is resumed with (a string or a ``ToolMessage``) becomes the
+            call's recorded result.
+        saver: Where to keep the records. Defaults to the checkpointer the
+            graph was compiled with.
+        **kwargs: Every other ``ToolNode`` argument (``name``, ``tags``,
+            ``handle_tool_errors``, ``messages_key``, ``wrap_tool_call``,
+            ``awrap_tool_call``).
+
+    Raises:
+        ValueError: ``at_most_once`` names a tool that is not in ``tools``, or
+            ``on_unknown_outcome`` is not one of the three policies.
+        TypeError: (When the node runs) the graph's checkpointer is not a
+            ``VerifiedSaver`` and no ``saver=`` was given.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage
+        >>> from langchain_core.tools import tool
+        >>> from langgraph.graph import START, MessagesState, StateGraph
+        >>> sent = []
+        >>> @tool
+        ... def send_email(to: str) -> str:
+        ...     \"\"\"Send an email.\"\"\"
+        ...     sent.append(to)
+        ...     return f"sent to {to}"
+        >>> builder = StateGraph(MessagesState)
+        >>> tools = VerifiedToolNode([send_email], at_most_once=["send_email"])
+        >>> _ = builder.add_node("tools", tools)
+        >>> _ = builder.add_edge(START, "tools")
+        >>> saver = VerifiedSaver.in_memory()
+        >>> graph = builder.compile(checkpointer=saver)
+        >>> call = {"name": "send_email", "args": {"to": "ann@example.com"}, "id": "call_1"}
+        >>> config = {"configurable": {"thread_id": "t"}}
+        >>> message = AIMessage("", tool_calls=[call])
+        >>> graph.invoke({"messages": [message]}, config)["messages"][-1].content
+        'sent to ann@example.com'
+        >>> # the same call in the same thread is answered from its record
+        >>> graph.invoke({"messages": [message]}, config)["messages"][-1].content
+        'sent to ann@example.com'
+        >>> sent
+        ['ann@example.com']
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Callable],
+        *,
+        at_most_once: Collection[str] = (),
+        on_unknown_outcome: UnknownOutcomePolicy = "error",
+        saver: VerifiedSaver | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(tools, **kwargs)
+        if isinstance(at_most_once, str):
+            at_most_once = [at_most_once]  # one name, not its characters
+        unknown = sorted(set(at_most_once) - set(self.tools_by_name))
+        if unknown:
+            raise ValueError(
+                f"at_most_once names tools this node does not have: {unknown}; its tools are "
+                f"{sorted(self.tools_by_name)}"
+            )
+        if on_unknown_outcome not in _POLICIES:
+            raise ValueError(
+                f"on_unknown_outcome must be one of {_POLICIES}, got {on_unknown_outcome!r}"
+            )
+        if saver is not None and not isinstance(saver, VerifiedSaver):
+            raise TypeError(f"saver must be a VerifiedSaver, got {type(saver).__name__}")
+        self.at_most_once: frozenset[str] = frozenset(at_most_once)
+        self.on_unknown_outcome: UnknownOutcomePolicy = on_unknown_outcome
+        self.saver = saver
+
+    # -- the two drivers -----------------------------------------------------
+
+    def _run_one(
+        self,
+        call: ToolCall,
+        input_type: Literal["list", "dict", "tool_calls"],
+        tool_runtime: ToolRuntime,
+    ) -> Any:
+        identity = self._identify(call, tool_runtime)
+        if identity is None:
+            return super()._run_one(call, input_type, tool_runtime)
+        policy = self._recorded_call(identity)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = policy.throw(error) if error is not None else policy.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply, error = None, None
+            try:
+                if isinstance(step, _RunTool):
+                    with _idempotency_key_set(identity.idempotency_key):
+                        reply = super()._run_one(call, input_type, tool_runtime)
+                else:
+                    reply = _store_step(identity, step)
+            except BaseException as exc:  # the policy decides what an exception means
+                error = exc
+
+    async def _arun_one(
+        self,
+        call: ToolCall,
+        input_type: Literal["list", "dict", "tool_calls"],
+        tool_runtime: ToolRuntime,
+    ) -> Any:
+        identity = self._identify(call, tool_runtime)
+        if identity is None:
+            return await super()._arun_one(call, input_type, tool_runtime)
+        policy = self._recorded_call(identity)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = policy.throw(error) if error is not None else policy.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply, error = None, None
+            try:
+                if isinstance(step, _RunTool):
+                    with _idempotency_key_set(identity.idempotency_key):
+                        reply = await super()._arun_one(call, input_type, tool_runtime)
+                else:
+                    reply = await identity.saver._run(_store_step, identity, step)
+            except BaseException as exc:
+                error = exc
+
+    # -- the policy, written once --------------------------------------------
+
+    def _recorded_call(self, call: _Call) -> Generator[_Step, Any, Any]:
+        recorded = yield _Read("result")
+        if recorded is not None:
+            recorded_fingerprint, value = recorded
+            if recorded_fingerprint == call.fingerprint:
+                logger.debug("tool call %r answered from its record", call.tool_call_id)
+                return value
+            logger.warning(
+                "tool call %r of thread %r was recorded with another tool name or other "
+                "arguments than %s now has; running the tool again",
+                call.tool_call_id,
+                call.thread_id,
+                call.name,
+            )
+        if call.at_most_once:
+            intent = yield _Read("intent")
+            if intent is not None and intent[0] == call.fingerprint:
+                answer, settled = self._outcome_unknown(call)
+                if settled:
+                    yield _Write("result", answer)
+                return answer
+            yield _Write("intent")
+        try:
+            result = yield _RUN_TOOL
+        except Exception:
+            # The tool itself reported how it ended (an error, or an interrupt
+            # that LangGraph answers by running it again), so the outcome is known.
+            if call.at_most_once:
+                yield _Delete("intent")
+            raise
+        if _is_error(result):
+            if call.at_most_once:
+                yield _Delete("intent")
+            return result
+        yield _Write("result", result)
+        return result
+
+    def _outcome_unknown(self, call: _Call) -> tuple[ToolMessage, bool]:
+        """The answer for an at-most-once call that started but never finished, and
+        whether it settles the call (is recorded as its result)."""
+        problem = ToolOutcomeUnknownError(call.name, call.tool_call_id, call.idempotency_key)
+        logger.warning("%s", problem)
+        if self.on_unknown_outcome == "raise":
+            raise problem
+        if self.on_unknown_outcome == "error":
+            # Not settled: the intent stays, so every rerun gives the same answer.
+            message = ToolMessage(
+                content=f"Error: {problem}",
+                name=call.name,
+                tool_call_id=call.tool_call_id,
+                status="error",
+            )
+            return message, False
+        answer = interrupt(
+            {
+                "reason": "tool_outcome_unknown",
+                "tool": call.name,
+                "tool_call_id": call.tool_call_id,
+                "idempotency_key": call.idempotency_key,
+                "message": str(problem),
+            }
+        )
+        if isinstance(answer, ToolMessage):
+            return answer.model_copy(update={"tool_call_id": call.tool_call_id}), True
+        content = answer if isinstance(answer, str) else json.dumps(answer, default=repr)
+        return ToolMessage(content=content, name=call.name, tool_call_id=call.tool_call_id), True
+
+    # -- identity ------------------------------------------------------------
+
+    def _identify(self, call: ToolCall, tool_runtime: ToolRuntime) -> _Call | None:
+        """The call's identity, or ``None`` for a call that cannot be recorded."""
+        configurable = (tool_runtime.config or {}).get("configurable") or {}
+        saver = self.saver if self.saver is not None else configurable.get(CONFIG_KEY_CHECKPOINTER)
+        if not isinstance(saver, VerifiedSaver):
+            found = "no checkpointer" if saver is None else f"a {type(saver).__name__}"
+            raise TypeError(
+                f"VerifiedToolNode records tool calls in a VerifiedSaver, but the graph has "
+                f"{found}. Compile the graph with checkpointer=VerifiedSaver('checkpoints/') "
+                f"(or VerifiedSaver.in_memory()), or pass VerifiedToolNode(..., saver=...)."
+            )
+        if configurable.get("thread_id") is None:
+            raise ValueError(
+                "VerifiedToolNode needs a thread: invoke the graph with "
+                'config={"configurable": {"thread_id": "..."}}'
+            )
+        thread_id = str(configurable["thread_id"])
+        tool_call_id = call.get("id")
+        name = call["name"]
+        if not tool_call_id:
+            if name in self.at_most_once:
+                raise ValueError(
+                    f"tool call of at-most-once tool {name!r} has no id, so it cannot be "
+                    f"recorded; the chat model must give every tool call an id"
+                )
+            logger.warning("tool call of %r has no id: it is run without a record", name)
+            return None
+        checkpoint_ns = stable_namespace(configurable.get("checkpoint_ns") or "")
+        return _Call(
+            saver=saver,
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            tool_call_id=tool_call_id,
+            name=name,
+            fingerprint=fingerprint(name, call.get("args")),
+            idempotency_key=idempotency_key(thread_id, checkpoint_ns, tool_call_id),
+            at_most_once=name in self.at_most_once,
+        )
+
+
+def _store_step(call: _Call, step: _Step) -> Any:
+    """Carry out one store step of the policy (synchronously)."""
+    saver = call.saver
+    if isinstance(step, _Read):
+        return saver.get_tool_record(
+            call.thread_id, call.checkpoint_ns, call.tool_call_id, step.kind
+        )
+    if isinstance(step, _Write):
+        saver.put_tool_record(
+            call.thread_id,
+            call.checkpoint_ns,
+            call.tool_call_id,
+            step.kind,
+            fingerprint=call.fingerprint,
+            value=step.value,
+        )
+        return None
+    if isinstance(step, _Delete):
+        saver.delete_tool_record(call.thread_id, call.checkpoint_ns, call.tool_call_id, step.kind)
+        return None
+    raise TypeError(f"not a store step: {step!r}")
+
+
+def _is_error(result: Any) -> bool:
+    return isinstance(result, ToolMessage) and result.status == "error"
+

@@ -145,6 +145,30 @@ class DamageReporter:
             self.stats.fallbacks += 1
         logger.warning("falling back: %s", description)
 
+    def quarantined_reason(self, key: str) -> dict[str, Any] | None:
+        """The reason record of ``key`` if it was quarantined earlier, else ``None``.
+
+        Lets a later read tell a record that was moved aside (damage: fall back)
+        from one that never existed. Scans the quarantine, so it is only for
+        the rare path where a named record is absent.
+        """
+        for name in self.storage.list(QUARANTINE_PREFIX):
+            if not name.endswith(".reason"):
+                continue
+            data = self.storage.read(f"{QUARANTINE_PREFIX}/{name}")
+            if data is None:
+                continue
+            try:
+                content = self.codec.decode(
+                    data, RecordKind.QUARANTINE_REASON, {"original_key": key}
+                )
+                reason = json.loads(content)
+            except (RecordDamagedError, ValueError):
+                continue
+            if isinstance(reason, dict):
+                return reason
+        return None
+
     def restart_from_scratch(self, thread_id: str, checkpoint_ns: str) -> None:
         with self._lock:
             self.stats.restarts_from_scratch += 1

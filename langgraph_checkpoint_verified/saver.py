@@ -357,7 +357,24 @@ class VerifiedSaver(
                 continue
             if found is None:
                 if current == requested:
-                    return None  # never existed: not damage
+                    # absent: never existed (not damage), or quarantined by an earlier read
+                    moved = self.reporter.quarantined_reason(
+                        _keys.checkpoint_key(thread_id, checkpoint_ns, current)
+                    )
+                    if moved is None:
+                        return None
+                    if self.strict:
+                        raise CheckpointDamagedError(
+                            thread_id, checkpoint_ns, current, f"quarantined: {moved.get('reason')}"
+                        )
+                    identity = moved.get("identity") or {}
+                    if identity.get("checkpoint_id") == current:
+                        current = identity.get("parent_checkpoint_id") or self._predecessor(
+                            thread_id, checkpoint_ns, current
+                        )
+                    else:
+                        current = self._predecessor(thread_id, checkpoint_ns, current)
+                    continue
                 current = self._predecessor(thread_id, checkpoint_ns, current)
                 continue
             if current != requested:

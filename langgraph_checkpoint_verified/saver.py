@@ -563,8 +563,8 @@ class VerifiedSaver(
     def _checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> builtins.list[str]:
         """Checkpoint ids of one namespace, newest first, from names alone (no file is read)."""
         prefix = _keys.checkpoints_prefix(thread_id, checkpoint_ns)
-        ids = []
-        for name in self.storage.list(prefix):
+        ids, others = _keys.split_checkpoint_names(self.storage.list(prefix))
+        for name in others:
             checkpoint_id = _keys.checkpoint_id_of(name)
             if checkpoint_id is None and name.endswith(_keys.CHECKPOINT_SUFFIX):
                 checkpoint_id = self._id_from_header(f"{prefix}/{name}")

@@ -30,10 +30,12 @@ Rules, in the order they apply:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -290,6 +292,20 @@ class VerifiedToolNode(ToolNode):
         identity = self._identify(call, tool_runtime)
         if identity is None:
             return super()._run_one(call, input_type, tool_runtime)
+        while (running := _claim(identity)) is not None:
+            running.wait()
+        try:
+            return self._drive(identity, call, input_type, tool_runtime)
+        finally:
+            _release(identity)
+
+    def _drive(
+        self,
+        identity: _Call,
+        call: ToolCall,
+        input_type: Literal["list", "dict", "tool_calls"],
+        tool_runtime: ToolRuntime,
+    ) -> Any:
         policy = self._recorded_call(identity)
         reply: Any = None
         error: BaseException | None = None
@@ -317,23 +333,54 @@ class VerifiedToolNode(ToolNode):
         identity = self._identify(call, tool_runtime)
         if identity is None:
             return await super()._arun_one(call, input_type, tool_runtime)
-        policy = self._recorded_call(identity)
-        reply: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = policy.throw(error) if error is not None else policy.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply, error = None, None
-            try:
-                if isinstance(step, _RunTool):
-                    with _idempotency_key_set(identity.idempotency_key):
-                        reply = await super()._arun_one(call, input_type, tool_runtime)
-                else:
-                    reply = await identity.saver._run(_store_step, identity, step)
-            except BaseException as exc:
-                error = exc
+        # When one task of a step fails, LangGraph cancels the others. A call that
+        # has started is shielded: it finishes and its outcome is recorded, so a
+        # retry answers from the record instead of running it again (or, for an
+        # at-most-once tool, finding its outcome unknown).
+        recorded = asyncio.ensure_future(self._adrive(identity, call, input_type, tool_runtime))
+        try:
+            return await asyncio.shield(recorded)
+        except Exception as exc:
+            # ToolNode gathers the calls of one message: the first exception would
+            # end the task while its siblings still run. It is held until every call
+            # has finished and been recorded, as the sync node's thread pool does.
+            return _Failed(exc)
+
+    def _combine_tool_outputs(self, outputs: Any, input_type: Any) -> Any:
+        for output in outputs:
+            if isinstance(output, _Failed):
+                raise output.error
+        return super()._combine_tool_outputs(outputs, input_type)
+
+    async def _adrive(
+        self,
+        identity: _Call,
+        call: ToolCall,
+        input_type: Literal["list", "dict", "tool_calls"],
+        tool_runtime: ToolRuntime,
+    ) -> Any:
+        while (running := _claim(identity)) is not None:
+            await asyncio.to_thread(running.wait)
+        try:
+            policy = self._recorded_call(identity)
+            reply: Any = None
+            error: BaseException | None = None
+            while True:
+                try:
+                    step = policy.throw(error) if error is not None else policy.send(reply)
+                except StopIteration as done:
+                    return done.value
+                reply, error = None, None
+                try:
+                    if isinstance(step, _RunTool):
+                        with _idempotency_key_set(identity.idempotency_key):
+                            reply = await super()._arun_one(call, input_type, tool_runtime)
+                    else:
+                        reply = await identity.saver._run(_store_step, identity, step)
+                except BaseException as exc:
+                    error = exc
+        finally:
+            _release(identity)
 
     # -- the policy, written once --------------------------------------------
 
@@ -446,6 +493,36 @@ class VerifiedToolNode(ToolNode):
         )
 
 
+@dataclass(frozen=True)
+class _Failed:
+    """Internal: a call of an async node that raised, held until its siblings finish."""
+
+    error: Exception
+
+
+# Calls running in this process, so that a retry of one (LangGraph may retry a
+# step while a cancelled task of the failed attempt is still finishing) waits for
+# it and then answers from its record.
+_running: dict[tuple[int, str, str, str], threading.Event] = {}
+_running_lock = threading.Lock()
+
+
+def _claim(call: _Call) -> threading.Event | None:
+    """Mark ``call`` as running here; or, if it already is, the event that says it ended."""
+    key = (id(call.saver), call.thread_id, call.checkpoint_ns, call.tool_call_id)
+    with _running_lock:
+        running = _running.get(key)
+        if running is None:
+            _running[key] = threading.Event()
+        return running
+
+
+def _release(call: _Call) -> None:
+    key = (id(call.saver), call.thread_id, call.checkpoint_ns, call.tool_call_id)
+    with _running_lock:
+        _running.pop(key).set()
+
+
 def _store_step(call: _Call, step: _Step) -> Any:
     """Carry out one store step of the policy (synchronously)."""
     saver = call.saver
@@ -471,4 +548,3 @@ def _store_step(call: _Call, step: _Step) -> Any:
 
 def _is_error(result: Any) -> bool:
     return isinstance(result, ToolMessage) and result.status == "error"
-

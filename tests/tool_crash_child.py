@@ -1,0 +1,119 @@
+"""A child process for the crash tests of ``VerifiedToolNode`` (see ``test_tools.py``).
+
+Usage: ``tool_crash_child.py STORE LOG SCENARIO PHASE``
+
+The graph is START -> agent (one AI message with three tool calls) -> tools -> END.
+Each tool appends its name to LOG (flushed and fsynced) as its side effect.
+
+SCENARIO ``kill_in_third``: in PHASE ``first``, ``lookup`` (the third call) waits
+until the first two calls are recorded, performs its side effect, and kills its
+own process with SIGKILL. SCENARIO ``kill_in_charge``: ``charge`` is at-most-once;
+in PHASE ``first`` it waits until the other two calls are recorded, performs its
+side effect, and kills the process before returning.
+
+PHASE ``resume`` runs ``run_with_recovery`` on the same thread and prints a JSON
+report on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from langgraph_checkpoint_verified import VerifiedSaver, VerifiedToolNode, run_with_recovery
+
+STORE, LOG, SCENARIO, PHASE = sys.argv[1:5]
+THREAD = "crash"
+CONFIG = {"configurable": {"thread_id": THREAD}}
+random.seed(0)
+saver = VerifiedSaver(STORE)
+
+
+def side_effect(name: str) -> None:
+    with open(LOG, "a", encoding="utf-8") as log:
+        log.write(name + "\n")
+        log.flush()
+        os.fsync(log.fileno())
+
+
+def wait_for_records(*tool_call_ids: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(saver.get_tool_record(THREAD, "tools", i, "result") for i in tool_call_ids):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"records of {tool_call_ids} never appeared")
+        time.sleep(0.01)
+
+
+def die_here() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@tool
+def send_email(to: str) -> str:
+    """Send an email."""
+    side_effect("send_email")
+    return f"sent to {to}"
+
+
+@tool
+def charge(amount: int) -> str:
+    """Charge the card."""
+    if SCENARIO == "kill_in_charge" and PHASE == "first":
+        wait_for_records("call_1", "call_3")
+        side_effect("charge")
+        die_here()
+    side_effect("charge")
+    return f"charged {amount}"
+
+
+@tool
+def lookup(query: str) -> str:
+    """Look something up."""
+    if SCENARIO == "kill_in_third" and PHASE == "first":
+        wait_for_records("call_1", "call_2")
+        side_effect("lookup")
+        die_here()
+    side_effect("lookup")
+    return f"found {query}"
+
+
+def agent(state: MessagesState) -> dict:
+    tool_calls = [
+        {"name": "send_email", "args": {"to": "ann@example.com"}, "id": "call_1"},
+        {"name": "charge", "args": {"amount": 42}, "id": "call_2"},
+        {"name": "lookup", "args": {"query": "order 7"}, "id": "call_3"},
+    ]
+    return {"messages": [AIMessage("", tool_calls=tool_calls)]}
+
+
+at_most_once = ["charge"] if SCENARIO == "kill_in_charge" else []
+builder = StateGraph(MessagesState)
+builder.add_node("agent", agent)
+builder.add_node("tools", VerifiedToolNode([send_email, charge, lookup], at_most_once=at_most_once))
+builder.add_edge(START, "agent")
+builder.add_edge("agent", "tools")
+builder.add_edge("tools", END)
+graph = builder.compile(checkpointer=saver)
+start = {"messages": [HumanMessage("go")]}
+
+if PHASE == "first":
+    graph.invoke(start, CONFIG, durability="sync")
+    sys.exit("the run was expected to be killed")
+
+result = run_with_recovery(graph, start, CONFIG, durability="sync")
+messages = result["output"]["messages"]
+report = {
+    "attempts": result["attempts"],
+    "recovered_from_step": result["recovered_from_step"],
+    "finished": not graph.get_state(CONFIG).next,
+    "tool_messages": {m.tool_call_id: m.content for m in messages if isinstance(m, ToolMessage)},
+}
+print(json.dumps(report))

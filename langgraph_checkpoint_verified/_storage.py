@@ -9,18 +9,24 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import secrets
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from langgraph_checkpoint_verified._keys import TEMP_PREFIX
 from langgraph_checkpoint_verified.errors import StoreWriteError
 
+if sys.platform != "win32":
+    import fcntl
+
 QUARANTINE_PREFIX = "quarantine"
+LOCK_NAME = ".lock"
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 
@@ -64,6 +70,14 @@ class Storage(Protocol):
 
     def location(self, key: str) -> str:
         """Where ``key`` lives, for messages (a file path, or ``memory:key``)."""
+        ...
+
+    def stamp(self, key: str) -> Hashable | None:
+        """A cheap token that changes whenever ``key`` is written, moved or deleted."""
+        ...
+
+    def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
+        """Hold a lock on ``prefix``, shared or exclusive, across processes using the store."""
         ...
 
 
@@ -174,7 +188,7 @@ class FileStorage:
         for name in names:
             if name.startswith(TEMP_PREFIX):
                 _remove_if_abandoned(directory / name)
-            else:
+            elif not name.startswith("."):  # encoded names never start with a dot
                 visible.append(name)
         return visible
 
@@ -189,7 +203,7 @@ class FileStorage:
             for name in sorted(filenames):
                 if name.startswith(TEMP_PREFIX):
                     _remove_if_abandoned(Path(dirpath) / name)
-                else:
+                elif not name.startswith("."):
                     yield f"{rel}/{name}"
 
     # -- removing --------------------------------------------------------
@@ -224,6 +238,28 @@ class FileStorage:
     def location(self, key: str) -> str:
         return str(self._path(key))
 
+    def stamp(self, key: str) -> Hashable | None:
+        try:
+            st = os.stat(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    @contextmanager
+    def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
+        """An advisory ``flock`` on ``<prefix>/.lock``; it needs no cleanup after a crash."""
+        directory = self._path(prefix)
+        try:
+            self._ensure_dir(directory)
+            fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+        except OSError as exc:
+            raise StoreWriteError(str(directory / LOCK_NAME), exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
     def _path(self, key: str) -> Path:
         # keys are built from encoded segments only; this is a second line of defence
         if key.startswith("/") or ".." in key.split("/"):
@@ -244,6 +280,8 @@ class MemoryStorage:
     def __init__(self) -> None:
         self.records: dict[str, bytes] = {}
         self._lock = threading.RLock()
+        self._writes = 0
+        self._stamps: dict[str, int] = {}
 
     def write(self, key: str, data: bytes, *, replace: bool = True) -> bool:
         if not isinstance(data, (bytes, bytearray)):
@@ -252,6 +290,8 @@ class MemoryStorage:
             if not replace and key in self.records:
                 return False
             self.records[key] = bytes(data)
+            self._writes += 1
+            self._stamps[key] = self._writes
             return True
 
     def read(self, key: str) -> bytes | None:
@@ -289,6 +329,18 @@ class MemoryStorage:
 
     def location(self, key: str) -> str:
         return f"memory:{key}"
+
+    def stamp(self, key: str) -> Hashable | None:
+        with self._lock:
+            if key not in self.records:
+                return None
+            # records changed by hand (as tests do) have no stamp: never trust a cache then
+            return (self._stamps.get(key), id(self.records[key]))
+
+    @contextmanager
+    def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
+        with self._lock:
+            yield
 
     def __repr__(self) -> str:
         return f"MemoryStorage({len(self.records)} records)"

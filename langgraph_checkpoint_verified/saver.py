@@ -17,7 +17,7 @@ import os
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -168,7 +168,12 @@ class VerifiedSaver(
         self.reporter = DamageReporter(
             self.storage, self.codec, on_corruption=on_corruption, quarantine=quarantine
         )
-        self._refs_cache: OrderedDict[tuple[str, str, str], CheckpointRecord] = OrderedDict()
+        # What put needs of a parent (its refs), keyed by checkpoint and trusted only
+        # while the parent's storage stamp is unchanged: another saver may have
+        # rewritten it (prune, delete_for_runs) since.
+        self._refs_cache: OrderedDict[
+            tuple[str, str, str], tuple[Hashable, CheckpointRecord]
+        ] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = False
         # memory needs no worker thread: nothing there can block the loop on I/O
@@ -423,7 +428,6 @@ class VerifiedSaver(
             **self.serde.loads_typed(record.checkpoint),
             "channel_values": channel_values,
         }
-        self._remember_refs(record)
         return CheckpointTuple(
             config=_config(thread_id, checkpoint_ns, checkpoint_id),
             checkpoint=checkpoint,
@@ -642,6 +646,23 @@ class VerifiedSaver(
         self._check_open()
         thread_id, checkpoint_ns, parent_id = _config_parts(config)
         _check_checkpoint(checkpoint)
+        # shared: puts run side by side; prune and delete_for_runs, which rewrite
+        # the records a put may refer to, wait for them (and they for it)
+        with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=False):
+            return self._put_locked(
+                config, thread_id, checkpoint_ns, parent_id, checkpoint, metadata, new_versions
+            )
+
+    def _put_locked(
+        self,
+        config: RunnableConfig,
+        thread_id: str,
+        checkpoint_ns: str,
+        parent_id: str | None,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         checkpoint_id = checkpoint["id"]
         body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         channel_values: dict[str, Any] = checkpoint.get("channel_values") or {}
@@ -677,11 +698,9 @@ class VerifiedSaver(
             refs=refs,
             since_full=0 if full or parent is None else parent.since_full + 1,
         )
-        self.storage.write(
-            _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id),
-            encode_checkpoint(self.codec, record),
-        )
-        self._remember_refs(record)
+        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+        self.storage.write(key, encode_checkpoint(self.codec, record))
+        self._remember_refs(record, self.storage.stamp(key))
         return _config(thread_id, checkpoint_ns, checkpoint_id)
 
     def put_writes(
@@ -746,21 +765,26 @@ class VerifiedSaver(
 
         ``None`` makes the new checkpoint hold every value itself.
         """
+        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+        stamp = self.storage.stamp(key)
+        if stamp is None:
+            return None
         cache_key = (thread_id, checkpoint_ns, checkpoint_id)
         with self._lock:
             cached = self._refs_cache.get(cache_key)
-        if cached is not None:
-            return cached
-        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         try:
             record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
         except _Unusable:
             record = None
         if record is not None:
-            self._remember_refs(record)
+            self._remember_refs(record, stamp)
         return record
 
-    def _remember_refs(self, record: CheckpointRecord) -> None:
+    def _remember_refs(self, record: CheckpointRecord, stamp: Hashable | None) -> None:
+        if stamp is None:
+            return
         # keep only what put needs: the refs and the chain position, not the values
         summary = CheckpointRecord(
             thread_id=record.thread_id,
@@ -775,7 +799,7 @@ class VerifiedSaver(
         )
         cache_key = (record.thread_id, record.checkpoint_ns, record.checkpoint_id)
         with self._lock:
-            self._refs_cache[cache_key] = summary
+            self._refs_cache[cache_key] = (stamp, summary)
             self._refs_cache.move_to_end(cache_key)
             while len(self._refs_cache) > _REFS_CACHE_SIZE:
                 self._refs_cache.popitem(last=False)
@@ -915,15 +939,16 @@ class VerifiedSaver(
         if not doomed_runs:
             return
         for thread_id in self._thread_ids():
-            for checkpoint_ns in self._namespaces(thread_id):
-                records = self._records_of(thread_id, checkpoint_ns)
-                doomed = {
-                    cid
-                    for cid, record in records.items()
-                    if self.serde.loads_typed(record.metadata).get("run_id") in doomed_runs
-                }
-                if doomed:
-                    self._remove_checkpoints(thread_id, checkpoint_ns, records, doomed)
+            with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=True):
+                for checkpoint_ns in self._namespaces(thread_id):
+                    records = self._records_of(thread_id, checkpoint_ns)
+                    doomed = {
+                        cid
+                        for cid, record in records.items()
+                        if self.serde.loads_typed(record.metadata).get("run_id") in doomed_runs
+                    }
+                    if doomed:
+                        self._remove_checkpoints(thread_id, checkpoint_ns, records, doomed)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``"keep_latest"`` keeps the newest verified checkpoint per namespace
@@ -940,13 +965,16 @@ class VerifiedSaver(
                 self.storage.delete_tree(_keys.namespaces_prefix(thread_id))
                 self._forget_thread(thread_id)
                 continue
-            for checkpoint_ns in self._namespaces(thread_id):
-                latest = self._latest(thread_id, checkpoint_ns, {})
-                records = self._records_of(thread_id, checkpoint_ns)
-                keep = latest.config["configurable"]["checkpoint_id"] if latest else None
-                self._remove_checkpoints(
-                    thread_id, checkpoint_ns, records, set(records) - {keep}
-                )
+            if not self.storage.list(_keys.thread_prefix(thread_id)):
+                continue  # no such thread: do not create one just to lock it
+            with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=True):
+                for checkpoint_ns in self._namespaces(thread_id):
+                    latest = self._latest(thread_id, checkpoint_ns, {})
+                    records = self._records_of(thread_id, checkpoint_ns)
+                    keep = latest.config["configurable"]["checkpoint_id"] if latest else None
+                    self._remove_checkpoints(
+                        thread_id, checkpoint_ns, records, set(records) - {keep}
+                    )
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every verified record of a thread (checkpoints, writes, tool records) to another.
@@ -1018,11 +1046,9 @@ class VerifiedSaver(
                 record.refs[channel] = (version, checkpoint_id)
             if all(holder == checkpoint_id for _, holder in record.refs.values()):
                 record.since_full = 0
-            self.storage.write(
-                _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id),
-                encode_checkpoint(self.codec, record),
-            )
-            self._remember_refs(record)
+            key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+            self.storage.write(key, encode_checkpoint(self.codec, record))
+            self._remember_refs(record, self.storage.stamp(key))
         # ...then remove them.
         for checkpoint_id in doomed:
             self.storage.delete(_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))

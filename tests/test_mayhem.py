@@ -125,7 +125,7 @@ class Store:
         return sorted(
             p.relative_to(self.root).as_posix()
             for p in (self.root / "threads").rglob("*")
-            if p.is_file()
+            if p.is_file() and not p.name.startswith(".")  # records, not the thread lock files
         )
 
     def read(self, key: str) -> bytes:

@@ -399,7 +399,7 @@ def _recovery(
                 skipped.append(checkpoint_id)
         resumable = (
             resumed_id is not None
-            and bool(state.next)
+            and bool(state.tasks)  # tasks whose writes are saved count: next omits them
             and (continuing or start_id is None or resumed_id > start_id)
         )
 
@@ -444,6 +444,6 @@ def _step(snapshot: StateSnapshot) -> int | None:
 
 def _unfinished(snapshot: StateSnapshot) -> bool:
     """The thread stopped with tasks still to run, and is not waiting at an interrupt."""
-    if _checkpoint_id(snapshot) is None or not snapshot.next:
+    if _checkpoint_id(snapshot) is None or not snapshot.tasks:
         return False
     return not any(task.interrupts for task in snapshot.tasks)

@@ -298,3 +298,20 @@ def test_misuse_is_explained(mode):
             mode,
             on_failure=lambda e, s: "hint",
         )
+
+
+def test_side_effects_demo_sends_the_email_once(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "side_effects_demo.py"
+    spec = importlib.util.spec_from_file_location("side_effects_demo", path)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+
+    demo.run_side_effects_demo(str(tmp_path))
+    out = capsys.readouterr().out
+    assert "phase 2 failed: order ORD-7781 is not in the state" in out
+    assert "finished after 2 attempts, resumed from step 2" in out
+    assert "the customer was emailed 1 time(s)" in out
+    assert (tmp_path / "emails_sent.log").read_text().splitlines() == ["email about ORD-1001"]

@@ -84,10 +84,24 @@ def decode_segment(segment: str) -> str | None:
         return None
 
 
+def require_text(value: object, name: str) -> str:
+    """``value`` if it is a str that can be stored: valid Unicode (no lone surrogates)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}: {value!r:.100}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{name} {value!r:.100} is not valid Unicode text (it holds a lone surrogate); "
+            f"decode it with errors='replace' or pick another id"
+        ) from None
+    return value
+
+
 def as_thread_id(value: object) -> str:
     """Thread ids may be given as ints (as LangGraph allows); stored as strings."""
     if isinstance(value, str):
-        return value
+        return require_text(value, "thread_id")
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise TypeError(

@@ -723,8 +723,8 @@ class VerifiedSaver(
                 "put_writes needs config['configurable']['checkpoint_id']: writes belong to "
                 "a checkpoint"
             )
-        if not isinstance(task_id, str):
-            raise TypeError(f"task_id must be a str, got {type(task_id).__name__}")
+        _keys.require_text(task_id, "task_id")
+        _keys.require_text(task_path, "task_path")
         batches: dict[str, list[tuple[int, str, Typed]]] = {}
         for idx, (channel, value) in enumerate(writes):
             special = WRITES_IDX_MAP.get(channel)
@@ -834,6 +834,9 @@ class VerifiedSaver(
         """
         self._check_open()
         thread_id = _keys.as_thread_id(thread_id)
+        _keys.require_text(checkpoint_ns, "checkpoint_ns")
+        _keys.require_text(tool_call_id, "tool_call_id")
+        _keys.require_text(fingerprint, "fingerprint")
         record_kind = _tool_kind(kind)
         identity = {
             "thread_id": thread_id,
@@ -1186,12 +1189,10 @@ def _config_parts(config: RunnableConfig) -> tuple[str, str, str | None]:
             'config["configurable"]["thread_id"] is required: it names the thread to save to'
         )
     thread_id = _keys.as_thread_id(configurable["thread_id"])
-    checkpoint_ns = configurable.get("checkpoint_ns") or ""
-    if not isinstance(checkpoint_ns, str):
-        raise TypeError(f"checkpoint_ns must be a str, got {type(checkpoint_ns).__name__}")
+    checkpoint_ns = _keys.require_text(configurable.get("checkpoint_ns") or "", "checkpoint_ns")
     checkpoint_id = configurable.get("checkpoint_id") or None
-    if checkpoint_id is not None and not isinstance(checkpoint_id, str):
-        raise TypeError(f"checkpoint_id must be a str, got {type(checkpoint_id).__name__}")
+    if checkpoint_id is not None:
+        _keys.require_text(checkpoint_id, "checkpoint_id")
     return thread_id, checkpoint_ns, checkpoint_id
 
 
@@ -1208,7 +1209,8 @@ def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableC
 def _check_checkpoint(checkpoint: Any) -> None:
     if not isinstance(checkpoint, dict):
         raise TypeError(f"checkpoint must be a dict, got {type(checkpoint).__name__}")
-    if not isinstance(checkpoint.get("id"), str) or not checkpoint["id"]:
+    if not checkpoint.get("id"):
         raise ValueError("checkpoint['id'] must be a non-empty string")
+    _keys.require_text(checkpoint["id"], "checkpoint['id']")
     if not isinstance(checkpoint.get("channel_versions"), dict):
         raise ValueError("checkpoint['channel_versions'] must be a dict")

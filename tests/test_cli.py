@@ -1,0 +1,566 @@
+"""The command line, run in-process (``main([...])``) and as a real process.
+
+Every store here is written by a real ``StateGraph`` (an echo chat with a
+message list and a turn counter), and every damage is done to the real files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.load import load as langchain_load
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_verified import VerifiedSaver, cli
+from langgraph_checkpoint_verified.cli import main
+
+CONVERSATIONS = {"alpha": ["hi", "how are you?"], "beta": ["hello"]}
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: int
+
+
+def reply(state: State) -> dict[str, Any]:
+    return {
+        "messages": [AIMessage(f"echo: {state['messages'][-1].content}")],
+        "turns": state.get("turns", 0) + 1,
+    }
+
+
+def build_graph(checkpointer: Any) -> Any:
+    builder = StateGraph(State)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def run_conversations(graph: Any) -> None:
+    for thread_id, texts in CONVERSATIONS.items():
+        for text in texts:
+            graph.invoke({"messages": [("user", text)]}, config(thread_id))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    path = tmp_path / "store"
+    run_conversations(build_graph(VerifiedSaver(path)))
+    return path
+
+
+def load(dumped: Any) -> Any:
+    """A message back from the JSON form the CLI writes (LangChain's own loader)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # load() is marked beta
+        return langchain_load(dumped, allowed_objects="messages")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: Any) -> tuple[int, str, str]:
+    code = main([str(arg) for arg in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def history(store: Path, thread_id: str) -> list[Any]:
+    """Verified checkpoints of a thread, newest first."""
+    return list(VerifiedSaver(store).list(config(thread_id)))
+
+
+def checkpoint_file(store: Path, checkpoint_id: str) -> Path:
+    (path,) = store.glob(f"threads/*/ns/*/checkpoints/{checkpoint_id}.ckpt")
+    return path
+
+
+def flip_byte(path: Path) -> bytes:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def by_step(items: list[Any], step: int) -> str:
+    (found,) = [i for i in items if i.metadata["step"] == step]
+    return found.config["configurable"]["checkpoint_id"]
+
+
+# -- inspect -------------------------------------------------------------------------
+
+
+def test_inspect_summarises_every_thread(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "inspect", store, "--json")
+    assert (code, err) == (0, "")
+    summary = json.loads(out)
+    newest = {t: history(store, t)[0] for t in CONVERSATIONS}
+    assert summary["checkpoints"] == 9
+    assert summary["quarantined_records"] == 0
+    assert [
+        (
+            t["thread_id"],
+            ns["checkpoint_ns"],
+            ns["checkpoints"],
+            ns["newest_checkpoint_id"],
+            ns["newest_step"],
+        )
+        for t in summary["threads"]
+        for ns in t["namespaces"]
+    ] == [
+        ("alpha", "", 6, newest["alpha"].config["configurable"]["checkpoint_id"], 4),
+        ("beta", "", 3, newest["beta"].config["configurable"]["checkpoint_id"], 1),
+    ]
+
+    code, out, _ = run(capsys, "inspect", store)
+    assert code == 0
+    assert "threads: 2  checkpoints: 9  quarantined records: 0" in out
+    alpha_row = next(line for line in out.splitlines() if line.startswith("alpha"))
+    assert alpha_row.split() == [
+        "alpha",
+        "(root)",
+        "6",
+        newest["alpha"].config["configurable"]["checkpoint_id"],
+        "4",
+    ]
+
+
+def test_inspect_thread_shows_its_history(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "inspect", store, "--thread", "alpha", "--json")
+    assert code == 0
+    (namespace,) = json.loads(out)["namespaces"]
+    expected = history(store, "alpha")
+    assert [c["checkpoint_id"] for c in namespace["checkpoints"]] == [
+        e.config["configurable"]["checkpoint_id"] for e in expected
+    ]
+    assert [c["parent_checkpoint_id"] for c in namespace["checkpoints"]] == [
+        e.parent_config["configurable"]["checkpoint_id"] if e.parent_config else None
+        for e in expected
+    ]
+    assert [(c["step"], c["source"]) for c in namespace["checkpoints"]] == [
+        (4, "loop"),
+        (3, "loop"),
+        (2, "input"),
+        (1, "loop"),
+        (0, "loop"),
+        (-1, "input"),
+    ]
+    newest = namespace["checkpoints"][0]
+    assert newest["channels"] == ["messages", "turns"]
+    assert newest["updated_channels"] is not None
+    assert {"messages", "turns"} <= set(newest["updated_channels"])
+
+    code, out, _ = run(capsys, "inspect", store, "--thread", "alpha")
+    assert code == 0
+    first_row = out.splitlines()[2].split()
+    assert first_row[:4] == [newest["checkpoint_id"], "4", "loop", newest["parent_checkpoint_id"]]
+    assert "messages*," in first_row and "turns*" in first_row
+
+
+# -- verify and repair -----------------------------------------------------------------
+
+
+def test_verify_clean_store_exits_0(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "verify", store)
+    assert code == 0
+    assert out.splitlines() == [
+        f"checked 15 records (9 checkpoints) in {store}",
+        "ok: every record verifies",
+    ]
+    code, out, _ = run(capsys, "verify", store, "--json", "--thread", "beta")
+    report = json.loads(out)
+    assert (code, report["ok"], report["checkpoints_checked"], report["damaged"]) == (
+        0,
+        True,
+        3,
+        [],
+    )
+
+
+def test_verify_reports_a_flipped_byte_and_moves_nothing(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    newest = history(store, "alpha")[0].config["configurable"]["checkpoint_id"]
+    damaged = checkpoint_file(store, newest)
+    damaged_bytes = flip_byte(damaged)
+
+    code, out, _ = run(capsys, "verify", store)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[1] == "damaged records: 1"
+    assert lines[2].split() == ["checkpoint", str(damaged)]
+    assert lines[3].strip() == "record checksum mismatch"
+    assert "unusable checkpoints: 1" in lines
+    assert f"  thread 'alpha'  namespace (root)  {newest}" in lines
+    assert lines[-1] == f"run `langgraph-verified repair {store}` to move the damage to quarantine/"
+
+    code, out, _ = run(capsys, "verify", store, "--json")
+    report = json.loads(out)
+    assert code == 1
+    assert [(d["kind"], d["location"], d["reason"]) for d in report["damaged"]] == [
+        ("checkpoint", str(damaged), "record checksum mismatch")
+    ]
+    # checking is read-only: the damaged file is where it was, unchanged
+    assert damaged.read_bytes() == damaged_bytes
+    assert not (store / "quarantine").exists()
+    # the other thread alone is fine
+    assert run(capsys, "verify", store, "--thread", "beta")[0] == 0
+
+
+def test_inspect_skips_damage_without_moving_it(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    newest = history(store, "alpha")[0].config["configurable"]["checkpoint_id"]
+    flip_byte(checkpoint_file(store, newest))
+    code, out, err = run(capsys, "inspect", store, "--json")
+    assert code == 0
+    alpha = json.loads(out)["threads"][0]["namespaces"][0]
+    assert (alpha["checkpoints"], alpha["newest_step"]) == (5, 3)
+    assert err.startswith("warning: 1 damaged record(s) found")
+    assert checkpoint_file(store, newest).exists()
+
+
+def test_repair_quarantines_the_damaged_newest_checkpoint(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = history(store, "alpha")
+    newest = before[0].config["configurable"]["checkpoint_id"]
+    damaged = checkpoint_file(store, newest)
+    damaged_bytes = flip_byte(damaged)
+
+    code, out, _ = run(capsys, "repair", store)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"moved {damaged}"
+    quarantined = Path(lines[1].split("to ", 1)[1])
+    assert quarantined.parent == store / "quarantine"
+    assert quarantined.read_bytes() == damaged_bytes
+    assert quarantined.with_suffix(".reason").exists()
+    assert lines[2].strip() == "(checkpoint: record checksum mismatch)"
+    assert not damaged.exists()
+    assert lines[-2:] == [
+        f"quarantined 1 record(s) under {store / 'quarantine'}",
+        "the store verifies now",
+    ]
+    assert run(capsys, "verify", store)[0] == 0
+    code, out, _ = run(capsys, "repair", store)
+    assert (code, out.splitlines()[-1]) == (0, "nothing to repair")
+    code, out, _ = run(capsys, "inspect", store, "--json")
+    assert json.loads(out)["quarantined_records"] == 1
+    # the thread carries on from the newest checkpoint left (step 3), whose
+    # pending writes still hold the second reply: nothing of the turn is lost
+    state = build_graph(VerifiedSaver(store)).get_state(config("alpha"))
+    assert state.config["configurable"]["checkpoint_id"] == by_step(before, 3)
+    assert state.values["turns"] == 2
+    assert state.values["messages"][-1].content == "echo: how are you?"
+
+
+def test_repair_names_checkpoints_that_stay_unusable(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = history(store, "alpha")
+    # step 1's record holds the message list and counter that steps 2 and 3 refer to
+    holder = checkpoint_file(store, by_step(items, 1))
+    flip_byte(holder)
+    code, out, _ = run(capsys, "repair", store, "--thread", "alpha")
+    assert code == 1
+    assert f"moved {holder}" in out.splitlines()
+    assert not holder.exists()
+    assert "2 checkpoint(s) stay unusable" in out
+    unusable = [line.split()[-1] for line in out.splitlines() if line.startswith("  thread")]
+    assert unusable == sorted([by_step(items, 2), by_step(items, 3)])
+    # reads skip them; step 4 stored its own new values and still loads
+    assert [i.metadata["step"] for i in history(store, "alpha")] == [4, 0, -1]
+    assert run(capsys, "verify", store, "--thread", "alpha")[0] == 1
+
+
+def test_a_keyed_store_is_not_repaired_without_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = b"k" * 32
+    store = tmp_path / "keyed"
+    run_conversations(build_graph(VerifiedSaver(store, key=key)))
+    files_before = sorted(store.rglob("*.ckpt"))
+    code, out, err = run(capsys, "repair", store)
+    assert code == 2
+    assert "pass --key-file" in err
+    assert sorted(store.rglob("*.ckpt")) == files_before
+    key_file = tmp_path / "key"
+    key_file.write_bytes(key)
+    assert run(capsys, "verify", store, "--key-file", key_file)[0] == 0
+    assert run(capsys, "verify", store)[0] == 1
+
+
+def test_progress_goes_to_stderr_for_big_stores(
+    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run(capsys, "verify", store)[2] == ""
+    monkeypatch.setattr(cli, "PROGRESS_MIN_RECORDS", 10)
+    code, out, err = run(capsys, "verify", store, "--json")
+    assert code == 0
+    assert json.loads(out)["ok"] is True
+    assert err.splitlines()[-1] == "verifying: 15/15 records (100%)"
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def test_errors_are_one_line_and_exit_2(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = tmp_path / "stroe"
+    code, out, err = run(capsys, "inspect", typo)
+    assert (code, out) == (2, "")
+    assert err == f"langgraph-verified: error: no store at {typo}: the directory does not exist\n"
+    assert not typo.exists()  # inspecting a typo creates nothing
+    assert run(capsys, "verify", typo)[0] == 2
+    assert not typo.exists()
+
+    not_a_store = tmp_path / "elsewhere"
+    not_a_store.mkdir()
+    (not_a_store / "notes.txt").write_text("x")
+    code, _, err = run(capsys, "verify", not_a_store)
+    assert code == 2 and "is not a store" in err
+
+    code, _, err = run(capsys, "inspect", store, "--thread", "gamma")
+    assert code == 2
+    assert err.count("\n") == 1 and "no thread 'gamma'" in err
+
+    items = history(store, "alpha")
+    code, _, err = run(capsys, "diff", store, "--thread", "alpha", "nope", by_step(items, 1))
+    assert code == 2 and "no verified checkpoint 'nope'" in err
+    code, _, err = run(capsys, "diff", store, "--thread", "alpha", "1", by_step(items, 1))
+    assert code == 2 and "is the start of 6 checkpoint ids" in err
+
+    code, _, err = run(capsys, "diff", store, "A")  # argparse: missing arguments
+    assert code == 2 and "required" in err
+
+    (tmp_path / "short-key").write_bytes(b"short")
+    code, _, err = run(capsys, "verify", store, "--key-file", tmp_path / "short-key")
+    assert code == 2 and "16 to 64 bytes" in err
+
+
+# -- diff and export -------------------------------------------------------------------
+
+
+def test_diff_names_changed_channels_and_added_messages(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = history(store, "alpha")
+    first_turn, second_turn = by_step(items, 1), by_step(items, 4)
+    code, out, _ = run(capsys, "diff", store, "--thread", "alpha", first_turn[:13], second_turn)
+    assert code == 0
+    assert out.splitlines() == [
+        "thread 'alpha'  namespace (root)",
+        f"A {first_turn}  step 1",
+        f"B {second_turn}  step 4",
+        "~ messages: 2 added",
+        "    + human: 'how are you?'",
+        "    + ai: 'echo: how are you?'",
+        "~ turns: 1 -> 2",
+    ]
+
+    code, out, _ = run(
+        capsys, "diff", store, "--thread", "alpha", by_step(items, -1), first_turn, "--json"
+    )
+    changes = {c["channel"]: c for c in json.loads(out)["changes"]}
+    assert code == 0
+    assert changes["__start__"]["change"] == "removed"
+    assert changes["turns"] == {"channel": "turns", "change": "added", "b": 1}
+    added = [load(m) for m in changes["messages"]["b"]]
+    assert [type(m) for m in added] == [HumanMessage, AIMessage]
+
+    code, out, _ = run(capsys, "diff", store, "--thread", "alpha", second_turn, second_turn)
+    assert (code, out.splitlines()[-1]) == (0, "no channel differs")
+
+
+def test_export_writes_verified_checkpoints_as_json_lines(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "export", store, "--thread", "alpha")
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    expected = list(reversed(history(store, "alpha")))  # oldest first
+    assert [line["checkpoint_id"] for line in lines] == [
+        e.config["configurable"]["checkpoint_id"] for e in expected
+    ]
+    assert [line["parent_checkpoint_id"] for line in lines] == [
+        e.parent_config["configurable"]["checkpoint_id"] if e.parent_config else None
+        for e in expected
+    ]
+    assert [line["metadata"] for line in lines] == [e.metadata for e in expected]
+    newest, newest_line = expected[-1], lines[-1]
+    assert newest_line["channel_values"]["turns"] == 2
+    assert [load(m) for m in newest_line["channel_values"]["messages"]] == newest.checkpoint[
+        "channel_values"
+    ]["messages"]
+
+    target = tmp_path / "alpha.jsonl"
+    code, out, err = run(capsys, "export", store, "--thread", "alpha", "-o", target)
+    assert (code, out) == (0, "")
+    assert err == f"exported 6 checkpoints of thread 'alpha' to {target}\n"
+    assert [json.loads(line) for line in target.read_text().splitlines()] == lines
+
+
+def test_export_writes_values_without_a_json_form_as_repr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    saver = VerifiedSaver(store)
+    checkpoint = {
+        "v": 4,
+        "id": "1f000000-0000-6000-8000-000000000001",
+        "ts": "2025-01-01T00:00:00+00:00",
+        "channel_values": {"seen": {3, 1, 2}, "raw": b"\x00\x01", "name": "x"},
+        "channel_versions": {"seen": "1", "raw": "1", "name": "1"},
+        "versions_seen": {},
+        "updated_channels": None,
+    }
+    saver.put(
+        config("odd"),
+        checkpoint,
+        {"source": "input", "step": -1},
+        {"seen": "1", "raw": "1", "name": "1"},
+    )
+    code, out, _ = run(capsys, "export", store, "--thread", "odd")
+    (line,) = [json.loads(x) for x in out.splitlines()]
+    assert code == 0
+    assert line["channel_values"] == {"name": "x", "raw": "b'\\x00\\x01'", "seen": "{1, 2, 3}"}
+
+
+# -- migrate -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Path:
+    path = tmp_path / "checkpoints.sqlite"
+    with sqlite3.connect(path, check_same_thread=False) as conn:
+        run_conversations(build_graph(SqliteSaver(conn)))
+    conn.close()
+    return path
+
+
+def test_migrate_copies_every_thread_from_sqlite(
+    sqlite_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source_digest = hashlib.sha256(sqlite_db.read_bytes()).hexdigest()
+    target = tmp_path / "migrated"
+    code, out, _ = run(capsys, "migrate", sqlite_db, target)
+    assert code == 0
+    assert out.splitlines() == [
+        f"migrated 2 thread(s), 9 checkpoint(s) and 12 pending write(s) from {sqlite_db} "
+        f"to {target}",
+        f"checked 15 records (9 checkpoints) in {target}",
+        "ok: every record verifies",
+    ]
+    assert hashlib.sha256(sqlite_db.read_bytes()).hexdigest() == source_digest
+
+    conn = sqlite3.connect(sqlite_db, check_same_thread=False)
+    try:
+        sqlite_graph = build_graph(SqliteSaver(conn))
+        verified_graph = build_graph(VerifiedSaver(target))
+        for thread_id in CONVERSATIONS:
+            expected, migrated = (
+                sqlite_graph.get_state(config(thread_id)),
+                verified_graph.get_state(config(thread_id)),
+            )
+            assert migrated.values == expected.values
+            assert migrated.config == expected.config
+            assert migrated.metadata == expected.metadata
+            assert [s.config for s in verified_graph.get_state_history(config(thread_id))] == [
+                s.config for s in sqlite_graph.get_state_history(config(thread_id))
+            ]
+            # pending writes came along: the step -1 input checkpoint still has them
+            oldest = list(VerifiedSaver(target).list(config(thread_id)))[-1]
+            sqlite_oldest = list(SqliteSaver(conn).list(config(thread_id)))[-1]
+            assert oldest.pending_writes == sqlite_oldest.pending_writes
+    finally:
+        conn.close()
+
+    # the graph continues the migrated thread where SQLite left it
+    result = verified_graph.invoke({"messages": [("user", "still there?")]}, config("beta"))
+    assert result["turns"] == 2
+    assert [m.content for m in result["messages"]] == [
+        "hello",
+        "echo: hello",
+        "still there?",
+        "echo: still there?",
+    ]
+
+    code, _, err = run(capsys, "migrate", sqlite_db, target)
+    assert code == 2 and "already has thread(s) 'alpha', 'beta'" in err
+
+
+def test_migrate_explains_a_missing_sqlite_package(
+    sqlite_db: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "langgraph.checkpoint.sqlite", None)
+    code, out, err = run(capsys, "migrate", sqlite_db, tmp_path / "migrated")
+    assert (code, out) == (2, "")
+    assert "pip install langgraph-checkpoint-sqlite" in err
+    assert not (tmp_path / "migrated").exists()
+
+
+def test_migrate_refuses_what_is_not_a_sqlite_saver_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    code, _, err = run(capsys, "migrate", other, tmp_path / "migrated")
+    assert code == 2 and "is not a SqliteSaver database" in err
+    code, _, err = run(capsys, "migrate", tmp_path / "missing.sqlite", tmp_path / "migrated")
+    assert code == 2 and "no SQLite database" in err
+
+
+# -- as a real process -------------------------------------------------------------------
+
+
+def test_runs_as_a_real_process(store: Path, tmp_path: Path) -> None:
+    def cli_process(*argv: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "langgraph_checkpoint_verified", *map(str, argv)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    clean = cli_process("verify", store, "--json")
+    assert (clean.returncode, json.loads(clean.stdout)["ok"]) == (0, True)
+
+    newest = history(store, "beta")[0].config["configurable"]["checkpoint_id"]
+    damaged = checkpoint_file(store, newest)
+    flip_byte(damaged)
+    found = cli_process("verify", store)
+    assert found.returncode == 1
+    assert f"  checkpoint  {damaged}" in found.stdout.splitlines()
+    assert found.stderr == ""
+
+    missing = cli_process("inspect", tmp_path / "nowhere")
+    assert missing.returncode == 2
+    assert missing.stdout == ""
+    assert missing.stderr.startswith("langgraph-verified: error: no store at")
+    assert missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
+
+    usage = cli_process("--help")
+    assert usage.returncode == 0
+    for command in ("inspect", "verify", "repair", "diff", "export", "migrate"):
+        assert command in usage.stdout

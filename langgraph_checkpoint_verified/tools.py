@@ -201,6 +201,11 @@ class VerifiedToolNode(ToolNode):
     Every call has an idempotency key, the same across resumes and processes,
     which the tool reads with ``current_idempotency_key()``.
 
+    In async graphs a call that has started is shielded from the cancellation
+    LangGraph sends when a sibling task fails: it finishes and is recorded. A
+    rerun of a call still running in this process waits for it and then
+    answers from its record.
+
     Args:
         tools: The tools, as for ``ToolNode``.
         at_most_once: Names of tools that must never run twice for one call.

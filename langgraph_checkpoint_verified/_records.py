@@ -180,7 +180,7 @@ def decode_writes(codec: Codec, data: bytes, expected: dict[str, str]) -> Writes
                 for idx, ch, type_, blob in body["writes"]
             ],
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # int(inf): Overflow
         raise RecordDamagedError(f"writes content has an unexpected shape: {exc!r}") from None
 
 

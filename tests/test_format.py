@@ -417,3 +417,14 @@ def test_sizes_in_layout_match_the_documented_frame():
     assert data[HEADER_SIZE : HEADER_SIZE + len(ident)] == ident
     assert len(data) == MIN_RECORD_SIZE + len(ident) + len(_zstd(b""))
     assert RECORD_DIGEST_SIZE == 32 and HEADER_DIGEST_SIZE == 16
+
+
+@pytest.mark.parametrize("index", [float("inf"), float("nan"), "x", None, [1]])
+def test_writes_record_with_a_non_integer_index_is_damage(index):
+    codec = Codec()
+    identity = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "1"}
+    identity |= {"task_id": "x", "slot": "n"}
+    body = {"v": 1, "task_path": "", "writes": [[index, "channel", "json", b"1"]]}
+    data = codec.encode(RecordKind.WRITES, identity, pack(body))
+    with pytest.raises(RecordDamagedError, match="unexpected shape"):
+        decode_writes(codec, data, {})

@@ -5,6 +5,7 @@ from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage, S
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
     RecordDamagedError,
+    StoreKeyError,
     StoreWriteError,
     ToolOutcomeUnknownError,
     VerifiedSaverError,
@@ -42,6 +43,7 @@ __all__ = [
     "STOP_RETRYING",
     "StateUpdate",
     "Storage",
+    "StoreKeyError",
     "StoreWriteError",
     "ToolOutcomeUnknownError",
     "UnusableCheckpoint",

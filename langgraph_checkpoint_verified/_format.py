@@ -65,6 +65,7 @@ class RecordKind(enum.IntEnum):
     TOOL_RESULT = 3
     TOOL_INTENT = 4
     QUARANTINE_REASON = 5
+    STORE_MARKER = 6
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,13 @@ class Codec:
         return body + self._digest(body, RECORD_DIGEST_SIZE, b"lgcv-record")
 
     # -- decode ----------------------------------------------------------
+
+    @staticmethod
+    def keyed_flag(data: bytes) -> bool | None:
+        """Whether a record claims to be keyed (flag byte), without verifying anything."""
+        if len(data) < HEADER_SIZE or data[:4] != MAGIC:
+            return None
+        return bool(data[6] & FLAG_KEYED)
 
     def read_header(self, data: bytes) -> Header:
         """Verify and return the header alone (magic, kind, identity).

@@ -32,7 +32,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_checkpoint_verified._storage import QUARANTINE_PREFIX
-from langgraph_checkpoint_verified.errors import VerifiedSaverError
+from langgraph_checkpoint_verified.errors import StoreKeyError, VerifiedSaverError
 from langgraph_checkpoint_verified.recovery import Damage, VerifyReport
 from langgraph_checkpoint_verified.saver import VerifiedSaver
 
@@ -184,7 +184,15 @@ def _open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSav
         raise CommandError(
             f"{path} is not a store: it has neither threads/ nor {QUARANTINE_PREFIX}/"
         )
-    return VerifiedSaver(path, key=_read_key(args.key_file), quarantine=quarantine)
+    try:
+        return VerifiedSaver(path, key=_read_key(args.key_file), quarantine=quarantine)
+    except StoreKeyError as exc:
+        if exc.store_is_keyed and args.key_file is None:
+            raise CommandError(
+                f"{args.store} was written with a secret key; pass --key-file FILE "
+                f"(nothing was read or moved)"
+            ) from None
+        raise
 
 
 def _thread_or_fail(saver: VerifiedSaver, thread_id: str | None, store: str) -> str | None:

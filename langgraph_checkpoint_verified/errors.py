@@ -53,6 +53,23 @@ class CheckpointDamagedError(VerifiedSaverError):
         )
 
 
+class StoreKeyError(VerifiedSaverError):
+    """The store's key does not match the one given (or one is missing).
+
+    Raised when a saver is opened, before anything is read, so a forgotten or
+    wrong key never makes the whole store look damaged.
+
+    Attributes:
+        store_is_keyed: Whether the store was written with a key.
+        marker: Location of the record that says so.
+    """
+
+    def __init__(self, message: str, *, store_is_keyed: bool, marker: str) -> None:
+        self.store_is_keyed = store_is_keyed
+        self.marker = marker
+        super().__init__(f"{message} (store marker {marker})")
+
+
 class StoreWriteError(VerifiedSaverError):
     """A write could not be made durable (disk full, permission denied, ...).
 

@@ -37,7 +37,12 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_checkpoint_verified import _keys
-from langgraph_checkpoint_verified._format import DEFAULT_COMPRESSION_LEVEL, Codec, RecordKind
+from langgraph_checkpoint_verified._format import (
+    DEFAULT_COMPRESSION_LEVEL,
+    Codec,
+    RecordKind,
+    pack,
+)
 from langgraph_checkpoint_verified._records import (
     EMPTY_TYPE,
     VALUE_FULL,
@@ -56,6 +61,7 @@ from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage, S
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
     RecordDamagedError,
+    StoreKeyError,
     VerifiedSaverError,
 )
 from langgraph_checkpoint_verified.recovery import (
@@ -70,6 +76,9 @@ T = TypeVar("T")
 
 NORMAL_WRITES_SLOT = "n"
 """Slot name of a task's regular writes; special writes use their negative index."""
+
+STORE_MARKER_KEY = "store.marker"
+"""Key of the record saying whether the store is keyed (checked at open, one read)."""
 
 _REFS_CACHE_SIZE = 4096
 _ASYNC_LIST_BATCH = 64
@@ -178,6 +187,59 @@ class VerifiedSaver(
         self._closed = False
         # memory needs no worker thread: nothing there can block the loop on I/O
         self._offload = not isinstance(self.storage, MemoryStorage)
+        self._check_store_marker()
+
+    def _check_store_marker(self) -> None:
+        """Read (or create) the one small record that says how the store is protected.
+
+        Opening a keyed store without its key, or with another key, would make
+        every record look damaged, and reads would quarantine the whole store.
+        The marker turns that into one clear error at open time.
+        """
+        if isinstance(self.storage, MemoryStorage):
+            return  # born with this saver: it cannot have been written with another key
+        marker = self.codec.encode(
+            RecordKind.STORE_MARKER,
+            {"store": "marker"},
+            pack({"v": 1, "keyed": bool(self.codec.key)}),
+        )
+        data = self.storage.read(STORE_MARKER_KEY)
+        if data is None:
+            if self.storage.write(STORE_MARKER_KEY, marker, replace=False):
+                return
+            data = self.storage.read(STORE_MARKER_KEY)  # another process made it first
+            if data is None:
+                return
+        try:
+            self.codec.decode(data, RecordKind.STORE_MARKER, {"store": "marker"})
+            return
+        except RecordDamagedError as exc:
+            reason = exc.reason
+            error = exc
+        keyed = Codec.keyed_flag(data)
+        where = self.storage.location(STORE_MARKER_KEY)
+        if keyed and not self.codec.key:
+            raise StoreKeyError(
+                "this store was written with a key: pass VerifiedSaver(..., key=...)",
+                store_is_keyed=True,
+                marker=where,
+            )
+        if keyed is False and self.codec.key:
+            raise StoreKeyError(
+                "this store was written without a key: open it without key=",
+                store_is_keyed=False,
+                marker=where,
+            )
+        if self.codec.key:
+            raise StoreKeyError(
+                f"the key does not match this store's ({reason}). If the key is right and "
+                f"the marker is damaged, delete the marker file and open again",
+                store_is_keyed=True,
+                marker=where,
+            )
+        # an unkeyed marker that does not verify is plain damage: set it aside, write anew
+        self.reporter.damaged(STORE_MARKER_KEY, error, data)
+        self.storage.write(STORE_MARKER_KEY, marker, replace=True)
 
     # -- construction ------------------------------------------------------
 

@@ -365,7 +365,8 @@ class SavedWrites:
 
         def counting_put_writes(config, writes, task_id, task_path=""):
             original(config, writes, task_id, task_path)
-            if any(channel == "results" for channel, _ in writes):
+            # a branch's result, not the graph input (which writes an empty "results")
+            if any(channel == "results" and value for channel, value in writes):
                 with self.condition:
                     self.count += 1
                     self.condition.notify_all()

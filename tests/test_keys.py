@@ -15,6 +15,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified._keys import MAX_SEGMENT, decode_segment, encode_segment
 from langgraph_checkpoint_verified._storage import LOCK_NAME
+from langgraph_checkpoint_verified.saver import STORE_MARKER_KEY
 
 LONG_PREFIX = "p" * 200
 STRANGE = [
@@ -89,7 +90,7 @@ def assert_files_safe(root):
             else:
                 assert stat.S_ISREG(mode), path
                 assert stat.S_IMODE(mode) == 0o600, path
-                files += name != LOCK_NAME
+                files += name not in (LOCK_NAME, STORE_MARKER_KEY)
     return files
 
 

@@ -66,7 +66,7 @@ def test_open_and_load_latest_read_a_bounded_number_of_records(tmp_path, monkeyp
 
     opening, loading, latest = count_reads(monkeypatch, root)
 
-    assert opening == 0
+    assert opening <= 1  # the store marker, nothing else
     assert latest.config["configurable"]["checkpoint_id"] == last["configurable"]["checkpoint_id"]
     assert latest.checkpoint["channel_values"] == {
         "constant": "set once",

@@ -42,3 +42,40 @@ def test_put_after_another_saver_rewrote_the_parent(two_savers, maintenance):
     assert maintainer.get_tuple(generate_config("t")).checkpoint["channel_values"]["n"] == 3
     assert writer.verify().ok
     assert writer.stats.fallbacks == 0
+
+
+def test_a_keyed_store_refuses_to_open_without_its_key_or_with_another(tmp_path):
+    """Without the marker check every record would look damaged and be quarantined."""
+    from langgraph_checkpoint_verified import StoreKeyError
+
+    key = b"k" * 32
+    store = tmp_path / "store"
+    first = VerifiedSaver(store, key=key)
+    first.put(generate_config("t"), checkpoint(1), {}, {"big": 1, "n": 1})
+    files = sorted(p.name for p in store.rglob("*"))
+
+    with pytest.raises(StoreKeyError, match="written with a key") as missing:
+        VerifiedSaver(store)
+    assert missing.value.store_is_keyed
+    with pytest.raises(StoreKeyError, match="key does not match"):
+        VerifiedSaver(store, key=b"x" * 32)
+    with pytest.raises(StoreKeyError, match="written without a key"):
+        VerifiedSaver(tmp_path / "plain").close() or VerifiedSaver(tmp_path / "plain", key=key)
+
+    assert sorted(p.name for p in store.rglob("*")) == files  # nothing moved
+    reopened = VerifiedSaver(store, key=key)
+    assert reopened.get_tuple(generate_config("t")).checkpoint["channel_values"]["n"] == 1
+
+
+def test_a_damaged_marker_of_a_plain_store_is_set_aside_and_rewritten(tmp_path):
+    store = tmp_path / "store"
+    VerifiedSaver(store).put(generate_config("t"), checkpoint(1), {}, {"big": 1, "n": 1})
+    marker = store / "store.marker"
+    marker.write_bytes(marker.read_bytes()[:-1] + b"?")
+
+    saver = VerifiedSaver(store)
+
+    assert saver.stats.quarantined_records == 1
+    assert saver.get_tuple(generate_config("t")).checkpoint["channel_values"]["n"] == 1
+    VerifiedSaver(store)  # the new marker verifies
+    assert saver.stats.quarantined_records == 1

@@ -86,8 +86,10 @@ def raised_error(root: Path) -> None:
     say(f"   steps that ran so far: {', '.join(runs(workdir))}")
     fresh = build_agent(workdir, fail_in="draft").compile(checkpointer=VerifiedSaver(store))
     state = fresh.get_state(config)
-    say(f"   a fresh saver on the same directory finds the thread at step {state.metadata['step']}"
-        f", next: {', '.join(state.next)}")
+    say(
+        f"   a fresh saver on the same directory finds the thread at step {state.metadata['step']}"
+        f", next: {', '.join(state.next)}"
+    )
     result = fresh.invoke(None, config)
     say(f"   resumed to the end: {len(result['notes'])} notes")
     say(f"   every step ran: {', '.join(runs(workdir))}")
@@ -104,17 +106,23 @@ def killed_process(root: Path) -> None:
     child = subprocess.run(
         [sys.executable, __file__, "--child", str(store), str(workdir)], check=False
     )
-    say(f"   the child process died with signal {-child.returncode}"
-        f" ({signal.Signals(-child.returncode).name})")
+    say(
+        f"   the child process died with signal {-child.returncode}"
+        f" ({signal.Signals(-child.returncode).name})"
+    )
     say(f"   steps it ran: {', '.join(runs(workdir))}")
     config = {"configurable": {"thread_id": "report-2"}}
     graph = build_agent(workdir).compile(checkpointer=VerifiedSaver(store))
     state = graph.get_state(config)
-    say(f"   a new process finds the thread at step {state.metadata['step']}, next: "
-        f"{', '.join(state.next)}")
+    say(
+        f"   a new process finds the thread at step {state.metadata['step']}, next: "
+        f"{', '.join(state.next)}"
+    )
     result = graph.invoke(None, config)
-    say(f"   finished with {len(result['notes'])} notes; steps run in total: "
-        f"{', '.join(runs(workdir))}")
+    say(
+        f"   finished with {len(result['notes'])} notes; steps run in total: "
+        f"{', '.join(runs(workdir))}"
+    )
     assert [n.split()[0] for n in result["notes"]] == STEPS
     assert runs(workdir).count("research") == 1 and runs(workdir).count("draft") == 1
     say("   only the killed review step ran again.")
@@ -142,8 +150,10 @@ def damaged_checkpoint(root: Path) -> None:
     tasks = ", ".join(
         f"{t.name} ({'result kept' if t.result is not None else 'to run'})" for t in state.tasks
     )
-    say(f"   get_state did not fail: it returned step {state.metadata['step']}, the newest"
-        f" checkpoint that verifies; its tasks: {tasks}")
+    say(
+        f"   get_state did not fail: it returned step {state.metadata['step']}, the newest"
+        f" checkpoint that verifies; its tasks: {tasks}"
+    )
     for damage in damage_seen:
         say(f"   reported: {damage.kind} record, {damage.reason}")
         say(f"   quarantined to {Path(damage.quarantined_to).relative_to(store)}")
@@ -156,9 +166,7 @@ def damaged_checkpoint(root: Path) -> None:
 
 
 def child(store: str, workdir: str) -> None:
-    graph = build_agent(Path(workdir), kill_in="review").compile(
-        checkpointer=VerifiedSaver(store)
-    )
+    graph = build_agent(Path(workdir), kill_in="review").compile(checkpointer=VerifiedSaver(store))
     # durability="sync": each step's checkpoint is on disk before the next step starts
     graph.invoke(
         {"topic": "volcanoes", "notes": []},

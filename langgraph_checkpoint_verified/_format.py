@@ -114,9 +114,7 @@ class Codec:
     # -- digests ---------------------------------------------------------
 
     def _digest(self, data: bytes | memoryview, size: int, person: bytes) -> bytes:
-        return hashlib.blake2b(
-            data, digest_size=size, key=self.key or b"", person=person
-        ).digest()
+        return hashlib.blake2b(data, digest_size=size, key=self.key or b"", person=person).digest()
 
     # -- encode ----------------------------------------------------------
 
@@ -203,9 +201,7 @@ class Codec:
                 f"zstd frame declares {frame_size} bytes, header says {content_size}"
             )
         try:
-            content = zstandard.ZstdDecompressor().decompress(
-                payload, max_output_size=content_size
-            )
+            content = zstandard.ZstdDecompressor().decompress(payload, max_output_size=content_size)
         except zstandard.ZstdError as exc:
             raise RecordDamagedError(f"payload does not decompress: {exc}") from None
         if len(content) != content_size:
@@ -227,9 +223,7 @@ class Codec:
     ) -> tuple[memoryview, int]:
         header, (payload, content_size) = self._parse(data, check_record_digest=True)
         if header.kind is not kind:
-            raise RecordDamagedError(
-                f"record kind is {header.kind.name}, expected {kind.name}"
-            )
+            raise RecordDamagedError(f"record kind is {header.kind.name}, expected {kind.name}")
         if expected_identity is not None:
             for field, expected in expected_identity.items():
                 found = header.identity.get(field)
@@ -247,8 +241,7 @@ class Codec:
         view = memoryview(data)
         if len(view) < MIN_RECORD_SIZE:
             raise RecordDamagedError(
-                f"record is {len(view)} bytes, shorter than the smallest record"
-                f" ({MIN_RECORD_SIZE})"
+                f"record is {len(view)} bytes, shorter than the smallest record ({MIN_RECORD_SIZE})"
             )
         magic, version, kind_byte, flags, reserved, identity_size, payload_size, content_size = (
             _FIXED.unpack_from(view, 0)

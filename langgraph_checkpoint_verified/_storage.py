@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
 import secrets
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Hashable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -151,10 +151,8 @@ class FileStorage:
             missing.append(current)
             current = current.parent
         for new_dir in reversed(missing):
-            try:
+            with suppress(FileExistsError):
                 os.mkdir(new_dir, _DIR_MODE)
-            except FileExistsError:
-                pass
             # the new entry must survive a crash as much as the file inside it
             self._sync_dir(new_dir.parent)
 

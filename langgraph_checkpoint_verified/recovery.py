@@ -10,6 +10,7 @@ counters. ``verify_store`` scans a whole store (or one thread) and returns a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import secrets
@@ -299,10 +300,8 @@ def verify_store(
         else:
             identity = None
             if data is not None:
-                try:
+                with contextlib.suppress(RecordDamagedError):
                     identity = codec.read_header(data).identity
-                except RecordDamagedError:
-                    pass
             damage = Damage(key, storage.location(key), error.reason, kind_name(key), identity)
         report.damaged.append(damage)
         owner = checkpoint_of_key(key)

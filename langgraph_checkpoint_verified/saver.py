@@ -94,9 +94,7 @@ class _Unusable(Exception):
         self.own_damage = own_damage
 
 
-class VerifiedSaver(
-    BaseCheckpointSaver[str], AbstractContextManager, AbstractAsyncContextManager
-):
+class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAsyncContextManager):
     """A LangGraph checkpointer that verifies everything it reads.
 
     Checkpoints, channel values and pending writes are stored as
@@ -160,7 +158,9 @@ class VerifiedSaver(
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(full_snapshot_every, int) or full_snapshot_every < 1:
-            raise ValueError(f"full_snapshot_every must be a positive int, got {full_snapshot_every!r}")
+            raise ValueError(
+                f"full_snapshot_every must be a positive int, got {full_snapshot_every!r}"
+            )
         self.full_snapshot_every = full_snapshot_every
         if (path is None) == (storage is None):
             raise TypeError(
@@ -180,9 +180,9 @@ class VerifiedSaver(
         # What put needs of a parent (its refs), keyed by checkpoint and trusted only
         # while the parent's storage stamp is unchanged: another saver may have
         # rewritten it (prune, delete_for_runs) since.
-        self._refs_cache: OrderedDict[
-            tuple[str, str, str], tuple[Hashable, CheckpointRecord]
-        ] = OrderedDict()
+        self._refs_cache: OrderedDict[tuple[str, str, str], tuple[Hashable, CheckpointRecord]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
         self._closed = False
         # memory needs no worker thread: nothing there can block the loop on I/O
@@ -476,9 +476,7 @@ class VerifiedSaver(
         if record is None:
             return None
         metadata = self.serde.loads_typed(record.metadata)
-        if metadata_filter and not all(
-            metadata.get(k) == v for k, v in metadata_filter.items()
-        ):
+        if metadata_filter and not all(metadata.get(k) == v for k, v in metadata_filter.items()):
             return None
         entries = self._resolve_values(record, holders)
         channel_values = {
@@ -532,7 +530,9 @@ class VerifiedSaver(
             # unreadable (EIO, EACCES): as unusable as damage, but not ours to move
             raise _Unusable(f"cannot read {key}: {exc}", own_damage=False) from None
 
-    def _resolve_values(self, record: CheckpointRecord, holders: dict[str, Any]) -> dict[str, Typed]:
+    def _resolve_values(
+        self, record: CheckpointRecord, holders: dict[str, Any]
+    ) -> dict[str, Typed]:
         """Every channel's serialized value, from this record or the records holding them."""
         entries: dict[str, Typed] = {}
         for channel, (version, holder_id) in record.refs.items():
@@ -559,9 +559,7 @@ class VerifiedSaver(
             return cached
         key = _keys.checkpoint_key(record.thread_id, record.checkpoint_ns, holder_id)
         try:
-            holder = self._read_checkpoint(
-                key, record.thread_id, record.checkpoint_ns, holder_id
-            )
+            holder = self._read_checkpoint(key, record.thread_id, record.checkpoint_ns, holder_id)
             if holder is None:
                 raise _Unusable(
                     f"channel values are stored in checkpoint {holder_id}, which is missing",
@@ -611,7 +609,11 @@ class VerifiedSaver(
             record = decode_writes(
                 self.codec,
                 data,
-                {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id},
+                {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": checkpoint_id,
+                },
             )
             expected_key = _keys.writes_key(
                 thread_id, checkpoint_ns, checkpoint_id, record.task_id, record.slot
@@ -933,7 +935,9 @@ class VerifiedSaver(
             header, content = self.codec.decode_with_header(data, record_kind)
             identity = header.identity
             if canonical_key(record_kind, identity) != key:
-                raise RecordDamagedError(f"record belongs at {canonical_key(record_kind, identity)}")
+                raise RecordDamagedError(
+                    f"record belongs at {canonical_key(record_kind, identity)}"
+                )
             typed = unpack_typed(content)
         except RecordDamagedError as exc:
             self.reporter.damaged(key, exc, data)
@@ -1060,7 +1064,9 @@ class VerifiedSaver(
             try:
                 header = self.codec.read_header(data)
                 if canonical_key(header.kind, header.identity) != key:
-                    raise RecordDamagedError(f"record belongs at {canonical_key(header.kind, header.identity)}")
+                    raise RecordDamagedError(
+                        f"record belongs at {canonical_key(header.kind, header.identity)}"
+                    )
                 identity = {**header.identity, "thread_id": target}
                 copied = self.codec.reframe(data, header.kind, identity)
             except RecordDamagedError as exc:
@@ -1141,7 +1147,9 @@ class VerifiedSaver(
             makes unusable.
         """
         self._check_open()
-        prefix = "threads" if thread_id is None else _keys.thread_prefix(_keys.as_thread_id(thread_id))
+        prefix = (
+            "threads" if thread_id is None else _keys.thread_prefix(_keys.as_thread_id(thread_id))
+        )
         return verify_store(self, prefix, repair=repair, progress=progress)
 
     async def averify(

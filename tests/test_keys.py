@@ -223,7 +223,12 @@ def test_wrong_thread_id_types_are_refused_by_thread_operations(saver, bad_threa
 def test_wrong_checkpoint_and_task_id_types_are_refused(saver):
     with pytest.raises(TypeError, match="checkpoint must be a dict"):
         saver.put(config("t"), "not a checkpoint", generate_metadata(), {})
-    for bad_id, error in (("", ValueError), (None, ValueError), (7, TypeError), ("\ud800", ValueError)):
+    for bad_id, error in (
+        ("", ValueError),
+        (None, ValueError),
+        (7, TypeError),
+        ("\ud800", ValueError),
+    ):
         bad = generate_checkpoint()
         bad["id"] = bad_id
         with pytest.raises(error, match="non-empty string|must be a str|not valid Unicode"):

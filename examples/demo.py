@@ -10,6 +10,9 @@ temporary directory; nothing needs a network.
 3. The newest checkpoint file is damaged on disk; the saver falls back to the
    newest checkpoint that verifies, quarantines the damaged file, and the run
    still finishes with the right result.
+4. A three-phase agent fails in its second phase; ``run_with_recovery`` rolls
+   back to the end of phase one, retries with a corrective hint, and the email
+   its tool sends goes out once (``examples/side_effects_demo.py``).
 """
 
 from __future__ import annotations
@@ -188,6 +191,7 @@ def main() -> None:
             from side_effects_demo import run_side_effects_demo
 
             say()
+            say("4. A tool with a side effect fails part-way; the agent retries with a hint")
             run_side_effects_demo(str(root / "side-effects"))
     say()
     say("Done: every run finished with the right result, and no damaged record was used.")

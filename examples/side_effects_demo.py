@@ -68,7 +68,7 @@ def run_side_effects_demo(workdir: str) -> None:
 
     def gather(state: AgentState) -> dict:
         orders = ["ORD-1001"]
-        print(f"phase 1: gathered the customer's orders: {orders}")
+        print(f"   phase 1: gathered the customer's orders: {orders}")
         return {"orders": orders, "corrections": {}}
 
     def plan(state: AgentState) -> dict:
@@ -77,11 +77,11 @@ def run_side_effects_demo(workdir: str) -> None:
             # the planner cites an order it never saw: a hallucinated piece of state
             {"name": "update_ledger", "args": {"order": "ORD-7781"}, "id": "call_ledger"},
         ]
-        print("phase 1: planned notify_customer(ORD-1001) and update_ledger(ORD-7781)")
+        print("   phase 1: planned notify_customer(ORD-1001) and update_ledger(ORD-7781)")
         return {"messages": [AIMessage("Settling the order.", tool_calls=tool_calls)]}
 
     def report(state: AgentState) -> dict:
-        print("phase 3: report written")
+        print("   phase 3: report written")
         return {"messages": [AIMessage("Order settled and customer informed.")]}
 
     builder = StateGraph(AgentState)
@@ -97,9 +97,9 @@ def run_side_effects_demo(workdir: str) -> None:
     graph = builder.compile(checkpointer=saver)
 
     def on_failure(error: BaseException, state) -> StateUpdate:
-        print(f"phase 2 failed: {error}")
+        print(f"   phase 2 failed: {error}")
         print(
-            f"recovery: rolled back to the end of phase 1 (checkpoint step "
+            f"   recovery: rolled back to the end of phase 1 (checkpoint step "
             f"{state.metadata['step']}); adding a corrective hint"
         )
         hint = "ORD-7781 does not exist; the customer's only order is ORD-1001."
@@ -118,13 +118,13 @@ def run_side_effects_demo(workdir: str) -> None:
     )
     tool_results = [m.content for m in result["output"]["messages"] if m.type == "tool"]
     emails = email_log.read_text().splitlines()
-    print(f"phase 2 results: {'; '.join(tool_results)}")
+    print(f"   phase 2 results: {'; '.join(tool_results)}")
     print(
-        f"finished after {result['attempts']} attempts, resumed from step "
+        f"   finished after {result['attempts']} attempts, resumed from step "
         f"{result['recovered_from_step']}"
     )
     print(
-        f"the customer was emailed {len(emails)} time(s); without recorded tool calls "
+        f"   the customer was emailed {len(emails)} time(s); without recorded tool calls "
         f"the retry would have sent the email again"
     )
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from langgraph_checkpoint_verified._keys import TEMP_PREFIX
 from langgraph_checkpoint_verified.errors import StoreWriteError
@@ -35,12 +35,14 @@ _FILE_MODE = 0o600
 class Storage(Protocol):
     """The five operations a record store must offer."""
 
-    def write(self, key: str, data: bytes, *, replace: bool = True) -> bool:
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         """Store ``data`` under ``key`` atomically and durably.
 
         Returns ``False`` (and changes nothing) when ``replace`` is false and
         the key already exists. Raises ``StoreWriteError`` when the write
         cannot be made durable; the previous content of ``key`` is then intact.
+        ``durable=False`` keeps the write atomic but lets a machine crash lose
+        it: only for records that are made again if lost (quarantine notes).
         """
         ...
 
@@ -65,7 +67,11 @@ class Storage(Protocol):
         ...
 
     def move_aside(self, key: str, new_key: str) -> bool:
-        """Rename ``key`` to ``new_key`` (used for quarantine); ``False`` if ``key`` is gone."""
+        """Rename ``key`` to ``new_key`` (used for quarantine); ``False`` if ``key`` is gone.
+
+        Atomic, not durable: after a machine crash the record may be back at
+        ``key``, where the next read finds it damaged and moves it again.
+        """
         ...
 
     def location(self, key: str) -> str:
@@ -102,23 +108,29 @@ class FileStorage:
         self.fsync = fsync
         if self.root.exists() and not self.root.is_dir():
             raise NotADirectoryError(f"store path {self.root} exists and is not a directory")
-        self._ensure_dir(self.root)
+        self._root = str(self.root)
+        # Directories this store made (or found) durably, so that a write need not
+        # stat its way down the tree every time. Only a hint: delete_tree, or
+        # another process, may remove one at any moment, so an operation that
+        # finds its directory gone forgets them all and makes it again.
+        self._known_dirs: set[str] = set()
+        self._ensure_dir(self._root, sync=fsync)
 
     # -- writing ---------------------------------------------------------
 
-    def write(self, key: str, data: bytes, *, replace: bool = True) -> bool:
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         path = self._path(key)
+        directory = os.path.dirname(path)
+        sync = self.fsync and durable
         try:
-            self._ensure_dir(path.parent)
-            temp = path.parent / f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            temp, fd = self._create_temp(directory, sync=sync)
             try:
                 try:
                     view = memoryview(data)
                     while view:
                         written = os.write(fd, view)
                         view = view[written:]
-                    if self.fsync:
+                    if sync:
                         os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -136,27 +148,46 @@ class FileStorage:
             except BaseException:
                 _remove_quietly(temp)
                 raise
-            if created:
-                self._sync_dir(path.parent)
+            if created and sync:
+                self._sync_dir(directory)
             return created
         except OSError as exc:
-            raise StoreWriteError(str(path), exc) from exc
+            raise StoreWriteError(path, exc) from exc
 
-    def _ensure_dir(self, directory: Path) -> None:
-        if directory.is_dir():
+    def _create_temp(self, directory: str, *, sync: bool) -> tuple[str, int]:
+        """A new, uniquely named file in ``directory`` (made if missing), open for writing."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        self._ensure_dir(directory, sync=sync)
+        temp = f"{directory}/{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+        try:
+            return temp, os.open(temp, flags, _FILE_MODE)
+        except FileNotFoundError:
+            self._forget_dirs()  # removed since we saw it: make it again
+            self._ensure_dir(directory, sync=sync)
+            return temp, os.open(temp, flags, _FILE_MODE)
+
+    def _ensure_dir(self, directory: str, *, sync: bool) -> None:
+        if directory in self._known_dirs:
             return
         missing = []
         current = directory
-        while not current.is_dir():
+        while not os.path.isdir(current):
             missing.append(current)
-            current = current.parent
+            current = os.path.dirname(current)
         for new_dir in reversed(missing):
             with suppress(FileExistsError):
                 os.mkdir(new_dir, _DIR_MODE)
-            # the new entry must survive a crash as much as the file inside it
-            self._sync_dir(new_dir.parent)
+            if sync:
+                # the new entry must survive a crash as much as the file inside it
+                self._sync_dir(os.path.dirname(new_dir))
+        # one made without its fsync must not vouch for a durable write later
+        if sync or not self.fsync:
+            self._known_dirs.add(directory)
 
-    def _sync_dir(self, directory: Path) -> None:
+    def _forget_dirs(self) -> None:
+        self._known_dirs.clear()
+
+    def _sync_dir(self, directory: str) -> None:
         if not self.fsync:
             return
         fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -182,16 +213,21 @@ class FileStorage:
             names = os.listdir(directory)
         except (FileNotFoundError, NotADirectoryError):
             return []
+        # Hidden names (temp files, the lock) are rare, and one min() at C speed
+        # proves there are none: a name starting with "." sorts before any name
+        # whose first character is "/" or above, and no name can hold a "/".
+        if not names or min(names) >= "/":
+            return names
         visible = []
         for name in names:
             if name.startswith(TEMP_PREFIX):
-                _remove_if_abandoned(directory / name)
+                _remove_if_abandoned(f"{directory}/{name}")
             elif not name.startswith("."):  # encoded names never start with a dot
                 visible.append(name)
         return visible
 
     def walk(self, prefix: str) -> Iterator[str]:
-        base = self._path(prefix)
+        base = Path(self._path(prefix))
         if not base.is_dir():
             return
         for dirpath, dirnames, filenames in os.walk(base):
@@ -200,41 +236,51 @@ class FileStorage:
             rel = Path(dirpath).relative_to(self.root).as_posix()
             for name in sorted(filenames):
                 if name.startswith(TEMP_PREFIX):
-                    _remove_if_abandoned(Path(dirpath) / name)
+                    _remove_if_abandoned(os.path.join(dirpath, name))
                 elif not name.startswith("."):
                     yield f"{rel}/{name}"
 
     # -- removing --------------------------------------------------------
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
-        _remove_quietly(path)
+        _remove_quietly(self._path(key))
 
     def delete_tree(self, prefix: str) -> None:
         path = self._path(prefix)
-        if path.is_dir():
+        if os.path.isdir(path):
             # rename first so a crash half-way never leaves a half-deleted thread visible
-            doomed = path.parent / f"{TEMP_PREFIX}deleting-{secrets.token_hex(8)}"
+            parent = os.path.dirname(path)
+            doomed = f"{parent}/{TEMP_PREFIX}deleting-{secrets.token_hex(8)}"
             try:
                 os.rename(path, doomed)
             except FileNotFoundError:
                 return
-            self._sync_dir(path.parent)
+            self._forget_dirs()
+            self._sync_dir(parent)
             shutil.rmtree(doomed, ignore_errors=True)
         else:
             _remove_quietly(path)
 
     def move_aside(self, key: str, new_key: str) -> bool:
         source, target = self._path(key), self._path(new_key)
-        self._ensure_dir(target.parent)
+        target_dir = os.path.dirname(target)
+        # no fsync: a rename lost in a crash leaves the damage where a read finds it again
+        self._ensure_dir(target_dir, sync=False)
         try:
             os.rename(source, target)
         except FileNotFoundError:
-            return False
+            if not os.path.lexists(source):
+                return False  # someone else moved or deleted it first
+            self._forget_dirs()  # it is the target's directory that went away
+            self._ensure_dir(target_dir, sync=False)
+            try:
+                os.rename(source, target)
+            except FileNotFoundError:
+                return False
         return True
 
     def location(self, key: str) -> str:
-        return str(self._path(key))
+        return self._path(key)
 
     def stamp(self, key: str) -> Hashable | None:
         try:
@@ -247,82 +293,185 @@ class FileStorage:
     def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
         """An advisory ``flock`` on ``<prefix>/.lock``; it needs no cleanup after a crash."""
         directory = self._path(prefix)
+        lock_path = f"{directory}/{LOCK_NAME}"
         try:
-            self._ensure_dir(directory)
-            fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+            self._ensure_dir(directory, sync=self.fsync)
+            try:
+                fd = os.open(
+                    lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), _FILE_MODE
+                )
+            except FileNotFoundError:
+                self._forget_dirs()  # removed since we saw it: make it again
+                self._ensure_dir(directory, sync=self.fsync)
+                fd = os.open(
+                    lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), _FILE_MODE
+                )
         except OSError as exc:
-            raise StoreWriteError(str(directory / LOCK_NAME), exc) from exc
+            raise StoreWriteError(lock_path, exc) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _path(self, key: str) -> Path:
+    def _path(self, key: str) -> str:
         # keys are built from encoded segments only; this is a second line of defence
         if key.startswith("/") or ".." in key.split("/"):
             raise ValueError(f"unsafe storage key {key!r}")
-        return self.root / key if key else self.root
+        return f"{self._root}/{key}" if key else self._root
 
     def __repr__(self) -> str:
-        return f"FileStorage({str(self.root)!r}, fsync={self.fsync})"
+        return f"FileStorage({self._root!r}, fsync={self.fsync})"
+
+
+class _IndexedRecords(dict[str, bytes]):
+    """The memory store's records: a dict that also knows what lies under each prefix.
+
+    ``children[prefix]`` counts, for each name directly under ``prefix``, the
+    keys that pass through it, so listing a prefix costs the size of the
+    answer, not of the store. Every way of changing a dict keeps it up to date,
+    so code (and tests) may still treat ``records`` as a plain dict.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self.children: dict[str, dict[str, int]] = {}
+        self.update(*args, **kwargs)
+
+    def _count(self, key: str, step: int) -> None:
+        end = key.find("/")
+        while end != -1:
+            after = key.find("/", end + 1)
+            parent, name = key[:end], key[end + 1 : after if after != -1 else len(key)]
+            names = self.children.setdefault(parent, {})
+            left = names.get(name, 0) + step
+            if left:
+                names[name] = left
+            else:
+                del names[name]
+                if not names:
+                    del self.children[parent]
+            end = after
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        if key not in self:
+            self._count(key, 1)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._count(key, -1)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            value = super().pop(key)
+            self._count(key, -1)
+            return value
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, bytes]:
+        key, value = super().popitem()
+        self._count(key, -1)
+        return key, value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def __ior__(self, other: Any) -> _IndexedRecords:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def clear(self) -> None:
+        super().clear()
+        self.children.clear()
+
+    def names_under(self, prefix: str) -> list[str]:
+        return list(self.children.get(prefix, ()))
+
+    def keys_under(self, prefix: str) -> list[str]:
+        """Every key strictly under ``prefix``, unsorted."""
+        found = []
+        pending = [prefix]
+        while pending:
+            parent = pending.pop()
+            for name in self.children.get(parent, ()):
+                key = f"{parent}/{name}"
+                if key in self:
+                    found.append(key)
+                if key in self.children:
+                    pending.append(key)
+        return found
 
 
 class MemoryStorage:
     """The same records, held in a dict: a drop-in for ``InMemorySaver``'s storage.
 
     Records are the exact bytes the file store would write, so they are
-    verified on every read just the same.
+    verified on every read just the same. ``records`` may be read and changed
+    like any dict; it also indexes keys by prefix, so that listing a thread
+    does not scan every other thread's records.
     """
 
     def __init__(self) -> None:
-        self.records: dict[str, bytes] = {}
+        self._records = _IndexedRecords()
         self._lock = threading.RLock()
         self._writes = 0
         self._stamps: dict[str, int] = {}
 
-    def write(self, key: str, data: bytes, *, replace: bool = True) -> bool:
+    @property
+    def records(self) -> dict[str, bytes]:
+        return self._records
+
+    @records.setter
+    def records(self, records: dict[str, bytes]) -> None:
+        with self._lock:
+            self._records = _IndexedRecords(records)
+
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         if not isinstance(data, (bytes, bytearray)):
             raise TypeError("records are bytes")
         with self._lock:
-            if not replace and key in self.records:
+            if not replace and key in self._records:
                 return False
-            self.records[key] = bytes(data)
+            self._records[key] = bytes(data)
             self._writes += 1
             self._stamps[key] = self._writes
             return True
 
     def read(self, key: str) -> bytes | None:
-        return self.records.get(key)
+        return self._records.get(key)
 
     def list(self, prefix: str) -> list[str]:
-        start = f"{prefix}/"
         with self._lock:
-            keys = list(self.records)
-        return list({k[len(start) :].split("/", 1)[0] for k in keys if k.startswith(start)})
+            return self._records.names_under(prefix)
 
     def walk(self, prefix: str) -> Iterator[str]:
-        start = f"{prefix}/"
         with self._lock:
-            keys = sorted(k for k in self.records if k.startswith(start))
+            keys = sorted(self._records.keys_under(prefix))
         yield from keys
 
     def delete(self, key: str) -> None:
         with self._lock:
-            self.records.pop(key, None)
+            self._records.pop(key, None)
 
     def delete_tree(self, prefix: str) -> None:
-        start = f"{prefix}/"
         with self._lock:
-            for key in [k for k in self.records if k.startswith(start) or k == prefix]:
-                del self.records[key]
+            for key in self._records.keys_under(prefix):
+                del self._records[key]
+            self._records.pop(prefix, None)
 
     def move_aside(self, key: str, new_key: str) -> bool:
         with self._lock:
-            data = self.records.pop(key, None)
+            data = self._records.pop(key, None)
             if data is None:
                 return False
-            self.records[new_key] = data
+            self._records[new_key] = data
             return True
 
     def location(self, key: str) -> str:
@@ -330,10 +479,10 @@ class MemoryStorage:
 
     def stamp(self, key: str) -> Hashable | None:
         with self._lock:
-            if key not in self.records:
+            if key not in self._records:
                 return None
             # records changed by hand (as tests do) have no stamp: never trust a cache then
-            return (self._stamps.get(key), id(self.records[key]))
+            return (self._stamps.get(key), id(self._records[key]))
 
     @contextmanager
     def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
@@ -341,10 +490,10 @@ class MemoryStorage:
             yield
 
     def __repr__(self) -> str:
-        return f"MemoryStorage({len(self.records)} records)"
+        return f"MemoryStorage({len(self._records)} records)"
 
 
-def _remove_quietly(path: Path) -> None:
+def _remove_quietly(path: str) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -358,15 +507,15 @@ def _remove_quietly(path: Path) -> None:
 _ABANDONED_AFTER_SECONDS = 3600.0
 
 
-def _remove_if_abandoned(path: Path) -> None:
-    rest = path.name[len(TEMP_PREFIX) :]
+def _remove_if_abandoned(path: str) -> None:
+    rest = os.path.basename(path)[len(TEMP_PREFIX) :]
     pid_text = rest.split("-", 1)[0]
     try:
         if pid_text.isdigit():
             pid = int(pid_text)
             if pid == os.getpid() or _process_alive(pid):
                 return
-        elif time.time() - path.stat().st_mtime < _ABANDONED_AFTER_SECONDS:
+        elif time.time() - os.stat(path).st_mtime < _ABANDONED_AFTER_SECONDS:
             return
         _remove_quietly(path)
     except OSError:

@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -130,7 +130,7 @@ class DamageReporter:
         if self.quarantine_enabled and data is not None:
             moved_to = self._quarantine(damage, data)
             if moved_to is not None:
-                damage = Damage(**{**damage.to_dict(), "quarantined_to": moved_to})
+                damage = replace(damage, quarantined_to=moved_to)
         logger.warning(
             "damaged %s record %s: %s%s",
             damage.kind or "unknown",
@@ -199,6 +199,10 @@ class DamageReporter:
             "quarantined_at": time.time(),
         }
         try:
+            # Not durable (no fsync), like the move: a machine crash that undoes
+            # the move leaves the damage where the next read finds it again; one
+            # that loses only this note leaves the record aside but unexplained,
+            # so a read naming that checkpoint treats it as absent, not damaged.
             self.storage.write(
                 f"{base}.reason",
                 self.codec.encode(
@@ -206,6 +210,7 @@ class DamageReporter:
                     {"original_key": damage.key},
                     json.dumps(reason, sort_keys=True).encode(),
                 ),
+                durable=False,
             )
         except Exception:  # the damaged bytes are already safe aside; the note is a bonus
             logger.exception("could not write the quarantine reason for %s", damage.key)

@@ -1,0 +1,310 @@
+"""The storage backends on their own: what the saver's speed relies on stays correct.
+
+* ``MemoryStorage`` indexes keys by prefix; ``list`` and ``walk`` must answer
+  exactly what a scan of every key would, whatever changed the records
+  (the storage's own methods, or the dict changed by hand as tests do).
+* ``FileStorage`` remembers the directories it made; one removed since
+  (``delete_thread``, ``prune``, another process, a person) is made again.
+* Quarantine moves the exact bytes aside with a reason, and its writes are
+  the only ones that skip fsync: acknowledged writes stay durable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+
+import pytest
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+
+from langgraph_checkpoint_verified import VerifiedSaver, _keys, _storage
+from langgraph_checkpoint_verified._format import RecordKind
+from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage
+
+# -- MemoryStorage's index ------------------------------------------------------
+
+
+def scanned_list(records: dict[str, bytes], prefix: str) -> set[str]:
+    start = f"{prefix}/"
+    return {k[len(start) :].split("/", 1)[0] for k in records if k.startswith(start)}
+
+
+def scanned_walk(records: dict[str, bytes], prefix: str) -> list[str]:
+    return sorted(k for k in records if k.startswith(f"{prefix}/"))
+
+
+def assert_index_matches_records(storage: MemoryStorage, prefixes: list[str]) -> None:
+    records = dict(storage.records)
+    for prefix in prefixes:
+        listed = storage.list(prefix)
+        assert len(listed) == len(set(listed))
+        assert set(listed) == scanned_list(records, prefix), prefix
+        assert list(storage.walk(prefix)) == scanned_walk(records, prefix), prefix
+    # nothing is indexed that no key needs any more
+    assert storage.records.children == _storage._IndexedRecords(records).children
+
+
+def random_key(rng: random.Random) -> str:
+    depth = rng.randint(1, 4)
+    # "b" and "b-x" and "b/..." sort differently as names and as keys: walk must sort keys
+    return "/".join(rng.choice(["a", "b", "b-x", "c", "q"]) for _ in range(depth))
+
+
+PREFIXES = ["a", "b", "b-x", "a/b", "b/b", "b-x/a", "q", "", "a/b/c", "missing"]
+
+
+def test_memory_index_agrees_with_a_full_scan_after_every_kind_of_change():
+    rng = random.Random(7)
+    storage = MemoryStorage()
+    for step in range(3000):
+        key = random_key(rng)
+        action = rng.randrange(10)
+        if action < 4:
+            storage.write(key, b"x", replace=rng.random() < 0.5)
+        elif action == 4:
+            storage.delete(key)
+        elif action == 5:
+            storage.delete_tree(key)
+        elif action == 6:
+            storage.move_aside(key, random_key(rng))
+        elif action == 7:  # by hand, as the mayhem tests change records
+            storage.records[key] = b"by hand"
+        elif action == 8:
+            storage.records.pop(key, None)
+        else:
+            storage.records.update({random_key(rng): b"u", random_key(rng): b"v"})
+        if step % 100 == 0:
+            assert_index_matches_records(storage, PREFIXES)
+    assert_index_matches_records(storage, PREFIXES)
+
+
+def test_memory_records_changed_as_a_dict_keep_the_index():
+    storage = MemoryStorage()
+    storage.records.update({"t/1/x": b"1", "t/2/y": b"2"}, **{"u": b"3"})
+    storage.records.setdefault("t/3", b"3")
+    storage.records |= {"t/4/z": b"4"}
+    del storage.records["t/1/x"]
+    assert sorted(storage.list("t")) == ["2", "3", "4"]
+    storage.records.popitem()
+    storage.records.clear()
+    assert storage.list("t") == [] and list(storage.walk("t")) == []
+    storage.records = {"t/9/r": b"9"}  # replaced wholesale
+    assert storage.list("t") == ["9"] and list(storage.walk("t")) == ["t/9/r"]
+    assert_index_matches_records(storage, ["t", "t/9", "u"])
+
+
+def test_memory_list_of_a_thread_ignores_other_threads():
+    saver = VerifiedSaver.in_memory()
+    for n in range(30):
+        saver.put(
+            {"configurable": {"thread_id": f"other-{n}", "checkpoint_ns": ""}},
+            generate_checkpoint(channel_values={"x": n}, channel_versions={"x": 1}),
+            generate_metadata(),
+            {"x": 1},
+        )
+    saver.put(
+        {"configurable": {"thread_id": "mine", "checkpoint_ns": ""}},
+        generate_checkpoint(channel_values={"x": "mine"}, channel_versions={"x": 1}),
+        generate_metadata(),
+        {"x": 1},
+    )
+    prefix = _keys.checkpoints_prefix("mine", "")
+    assert len(saver.storage.list(prefix)) == 1
+    assert saver.get_tuple({"configurable": {"thread_id": "mine"}}).checkpoint[
+        "channel_values"
+    ] == {"x": "mine"}
+    saver.delete_thread("mine")
+    assert saver.storage.list(prefix) == []
+    assert saver.get_tuple({"configurable": {"thread_id": "mine"}}) is None
+    assert len(saver.storage.list("threads")) == 30
+
+
+# -- FileStorage's directories --------------------------------------------------
+
+
+def put_one(saver: VerifiedSaver, thread_id: str, value: int) -> dict:
+    return saver.put(
+        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}},
+        generate_checkpoint(channel_values={"x": value}, channel_versions={"x": value}),
+        generate_metadata(),
+        {"x": value},
+    )
+
+
+def latest_value(saver: VerifiedSaver, thread_id: str):
+    found = saver.get_tuple({"configurable": {"thread_id": thread_id}})
+    return None if found is None else found.checkpoint["channel_values"]["x"]
+
+
+@pytest.mark.parametrize("deleted_by", ["same saver", "another saver", "rmtree"])
+def test_put_after_the_thread_was_deleted_makes_its_directories_again(tmp_path, deleted_by):
+    saver = VerifiedSaver(tmp_path / "store")
+    config = put_one(saver, "t", 1)
+    saver.put_writes(config, [("x", 1)], "task")
+    if deleted_by == "same saver":
+        saver.delete_thread("t")
+    elif deleted_by == "another saver":
+        VerifiedSaver(tmp_path / "store").delete_thread("t")
+    else:
+        shutil.rmtree(tmp_path / "store" / "threads")
+    assert latest_value(saver, "t") is None
+
+    config = put_one(saver, "t", 2)
+    saver.put_writes(config, [("x", 2)], "task")
+    saver.put_tool_record("t", "", "call-1", "result", fingerprint="f", value="done")
+
+    for reader in (saver, VerifiedSaver(tmp_path / "store")):
+        assert latest_value(reader, "t") == 2
+        assert reader.get_tuple(config).pending_writes == [("task", "x", 2)]
+        assert reader.get_tool_record("t", "", "call-1", "result") == ("f", "done")
+        assert reader.verify().ok
+
+
+def test_put_after_prune_delete_makes_its_directories_again(tmp_path):
+    saver = VerifiedSaver(tmp_path / "store", fsync=False)
+    put_one(saver, "t", 1)
+    saver.prune(["t"], strategy="delete")
+    put_one(saver, "t", 2)
+    assert latest_value(VerifiedSaver(tmp_path / "store"), "t") == 2
+
+
+@pytest.mark.parametrize("removed_by", ["another storage", "rmtree"])
+def test_file_write_and_lock_make_a_removed_directory_again(tmp_path, removed_by):
+    storage = FileStorage(tmp_path / "s")
+
+    def remove():
+        if removed_by == "another storage":
+            FileStorage(tmp_path / "s").delete_tree("a")
+        else:
+            shutil.rmtree(tmp_path / "s" / "a")
+
+    storage.write("a/b/one", b"1")
+    with storage.lock("a/b", exclusive=True):
+        pass
+    remove()
+    assert storage.write("a/b/two", b"2")
+    assert storage.read("a/b/two") == b"2"
+    assert storage.list("a/b") == ["two"]
+    remove()
+    assert storage.write("a/b/three", b"3", replace=False)
+    remove()
+    with storage.lock("a/b", exclusive=False):
+        assert (tmp_path / "s" / "a" / "b" / ".lock").exists()
+
+
+def flip_middle_byte(path) -> bytes:
+    damaged = bytearray(path.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    return bytes(damaged)
+
+
+def test_quarantine_after_its_directory_was_removed(tmp_path):
+    saver = VerifiedSaver(tmp_path / "store", fsync=False)
+    configs = [put_one(saver, "t", value) for value in (1, 2, 3)]
+    paths = [
+        tmp_path / "store" / _keys.checkpoint_key("t", "", c["configurable"]["checkpoint_id"])
+        for c in configs
+    ]
+    flip_middle_byte(paths[2])
+    assert latest_value(saver, "t") == 2
+    shutil.rmtree(tmp_path / "store" / "quarantine")  # a person clears the quarantine
+
+    damaged = flip_middle_byte(paths[1])
+    assert latest_value(saver, "t") == 1
+    assert saver.stats.quarantined_records == 2
+    assert not paths[1].exists()
+    moved = list((tmp_path / "store" / "quarantine").glob("*.record"))
+    assert [p.read_bytes() for p in moved] == [damaged]
+
+
+def test_file_list_hides_temp_and_lock_files_whatever_the_other_names(tmp_path):
+    storage = FileStorage(tmp_path / "store", fsync=False)
+    storage.write("d/-first", b"1")  # sorts before "." : the careful path
+    storage.write("d/plain", b"2")
+    with storage.lock("d", exclusive=True):
+        pass
+    (tmp_path / "store" / "d" / f"{_keys.TEMP_PREFIX}{os.getpid()}-abc").write_bytes(b"t")
+    assert sorted(storage.list("d")) == ["-first", "plain"]
+    storage.delete("d/-first")
+    assert storage.list("d") == ["plain"]
+    storage.delete("d/plain")
+    assert storage.list("d") == []
+    (tmp_path / "store" / "e").mkdir()
+    (tmp_path / "store" / "e" / "only").write_bytes(b"3")
+    assert storage.list("e") == ["only"]
+
+
+# -- what is durable and what is not ---------------------------------------------
+
+
+class FsyncCounter:
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        real = _storage.os.fsync
+
+        def counting(fd):
+            self.calls += 1
+            return real(fd)
+
+        monkeypatch.setattr(_storage.os, "fsync", counting)
+
+    def during(self, action):
+        before = self.calls
+        action()
+        return self.calls - before
+
+
+def test_acknowledged_writes_are_fsynced_and_quarantine_notes_are_not(tmp_path, monkeypatch):
+    saver = VerifiedSaver(tmp_path / "store")
+    fsyncs = FsyncCounter(monkeypatch)
+    configs = []
+    # file and directory, for each record
+    assert fsyncs.during(lambda: configs.append(put_one(saver, "t", 1))) >= 2
+    assert fsyncs.during(lambda: configs.append(put_one(saver, "t", 2))) >= 2
+    assert fsyncs.during(lambda: saver.put_writes(configs[-1], [("x", 2)], "task")) >= 2
+    assert fsyncs.during(lambda: saver.put_writes(configs[-1], [("__error__", "e")], "t2")) >= 2
+    assert (
+        fsyncs.during(lambda: saver.put_tool_record("t", "", "c", "intent", fingerprint="f")) >= 2
+    )
+
+    key = _keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
+    damaged = flip_middle_byte(tmp_path / "store" / key)
+
+    reader = VerifiedSaver(tmp_path / "store")
+    found = []
+    assert fsyncs.during(lambda: found.append(latest_value(reader, "t"))) == 0
+    assert found == [1]
+    assert reader.stats.quarantined_records == 1
+
+    # the exact bytes were moved aside, with a reason that says what and why
+    quarantine = tmp_path / "store" / "quarantine"
+    records = sorted(quarantine.glob("*.record"))
+    reasons = sorted(quarantine.glob("*.reason"))
+    assert len(records) == len(reasons) == 1
+    assert records[0].read_bytes() == damaged
+    assert records[0].name[: -len(".record")] == reasons[0].name[: -len(".reason")]
+    note = json.loads(
+        reader.codec.decode(reasons[0].read_bytes(), RecordKind.QUARANTINE_REASON, None)
+    )
+    assert note["original_key"] == key
+    assert note["kind"] == "checkpoint"
+    assert note["identity"]["checkpoint_id"] == configs[-1]["configurable"]["checkpoint_id"]
+    # and a later read that names the quarantined checkpoint still falls back to its parent
+    fallback = VerifiedSaver(tmp_path / "store").get_tuple(configs[-1])
+    assert (
+        fallback.config["configurable"]["checkpoint_id"]
+        == (configs[0]["configurable"]["checkpoint_id"])
+    )
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_write_not_durable_is_still_a_whole_record(tmp_path, backend):
+    storage = FileStorage(tmp_path / "s") if backend == "files" else MemoryStorage()
+    assert storage.write("q/a", b"first", durable=False)
+    assert storage.write("q/a", b"second", durable=False)
+    assert not storage.write("q/a", b"third", replace=False, durable=False)
+    assert storage.read("q/a") == b"second"
+    assert storage.list("q") == ["a"]

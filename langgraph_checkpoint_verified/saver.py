@@ -380,7 +380,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
     ) -> CheckpointTuple | None:
         skipped: builtins.list[str] = []
         saw_any = False
-        for checkpoint_id in self._checkpoint_ids(thread_id, checkpoint_ns):
+        ids = self._unsorted_checkpoint_ids(thread_id, checkpoint_ns)
+        for checkpoint_id in _newest_first(ids):
             saw_any = True
             try:
                 found = self._load(thread_id, checkpoint_ns, checkpoint_id, holders)
@@ -630,6 +631,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
     def _checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> builtins.list[str]:
         """Checkpoint ids of one namespace, newest first, from names alone (no file is read)."""
+        ids = self._unsorted_checkpoint_ids(thread_id, checkpoint_ns)
+        ids.sort(reverse=True)
+        return ids
+
+    def _unsorted_checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> builtins.list[str]:
         prefix = _keys.checkpoints_prefix(thread_id, checkpoint_ns)
         ids, others = _keys.split_checkpoint_names(self.storage.list(prefix))
         for name in others:
@@ -638,7 +644,6 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 checkpoint_id = self._id_from_header(f"{prefix}/{name}")
             if checkpoint_id is not None:
                 ids.append(checkpoint_id)
-        ids.sort(reverse=True)
         return ids
 
     def _id_from_header(self, key: str) -> str | None:
@@ -1237,6 +1242,21 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             raise VerifiedSaverError(
                 f"{self!r} is closed; open a new VerifiedSaver on the same store to continue"
             )
+
+
+def _newest_first(ids: builtins.list[str]) -> Iterator[str]:
+    """``ids`` newest first (as ``sorted(ids, reverse=True)``), sorting only if asked for more
+    than the newest: a read of the latest checkpoint rarely needs a second one, and
+    sorting a long thread's ids cost more than reading its newest record.
+
+    Example:
+        >>> list(_newest_first(["b", "c", "a", "c"]))
+        ['c', 'c', 'b', 'a']
+    """
+    if not ids:
+        return
+    yield max(ids)
+    yield from sorted(ids, reverse=True)[1:]
 
 
 def _tool_kind(kind: str) -> RecordKind:

@@ -298,3 +298,23 @@ def test_encode_segment_refuses_non_strings():
     for value in (None, 1, b"bytes", object()):
         with pytest.raises(TypeError, match="expected a string"):
             encode_segment(value)
+
+
+NAME_PARTS = st.sampled_from(["1f0", "a", "-", "_", "~41", ".", "\n", "A", "ckpt", ".ckpt", "ü"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.lists(NAME_PARTS, max_size=4).map("".join), max_size=6))
+def test_split_checkpoint_names_is_checkpoint_id_of_name_by_name(names):
+    from langgraph_checkpoint_verified._keys import checkpoint_id_of, split_checkpoint_names
+
+    ids, others = split_checkpoint_names(names)
+    # every plain checkpoint name gives its id, and nothing else is dropped
+    plain = [n for n in names if re.fullmatch(r"[a-z0-9_-]+\.ckpt", n)]
+    if any("\n" in n for n in names):
+        assert ids == [] and others == names  # the careful path takes every name
+    else:
+        assert ids == [n[: -len(".ckpt")] for n in plain]
+        assert others == [n for n in names if n not in plain]
+    for name in plain:
+        assert checkpoint_id_of(name) == name[: -len(".ckpt")]

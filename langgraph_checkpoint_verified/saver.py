@@ -920,11 +920,19 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         )
 
     def get_tool_record(
-        self, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
-    ) -> tuple[str, Any] | None:
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        tool_call_id: str,
+        kind: str,
+        *,
+        damaged: Any = None,
+    ) -> Any:
         """The recorded ``(fingerprint, value)`` of a tool call, or ``None``.
 
-        A damaged record is reported, quarantined and treated as absent.
+        A damaged record is reported and quarantined, never used: ``damaged``
+        is returned instead (``None``, i.e. treated as absent, unless the
+        caller must tell "never written" from "written but unreadable").
         """
         self._check_open()
         thread_id = _keys.as_thread_id(thread_id)
@@ -946,7 +954,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             typed = unpack_typed(content)
         except RecordDamagedError as exc:
             self.reporter.damaged(key, exc, data)
-            return None
+            return damaged
         return identity["fingerprint"], self.serde.loads_typed(typed)
 
     def delete_tool_record(

@@ -180,6 +180,7 @@ class _RunTool:
 
 
 _Step = _Read | _Write | _Delete | _RunTool
+_DAMAGED = object()  # what a read returns for a record that exists but does not verify
 _RUN_TOOL = _RunTool()
 
 
@@ -391,6 +392,8 @@ class VerifiedToolNode(ToolNode):
 
     def _recorded_call(self, call: _Call) -> Generator[_Step, Any, Any]:
         recorded = yield _Read("result")
+        if recorded is _DAMAGED:
+            recorded = None  # as if never recorded: an at-most-once tool still has its intent
         if recorded is not None:
             recorded_fingerprint, value = recorded
             if recorded_fingerprint == call.fingerprint:
@@ -405,7 +408,11 @@ class VerifiedToolNode(ToolNode):
             )
         if call.at_most_once:
             intent = yield _Read("intent")
-            if intent is not None and intent[0] == call.fingerprint:
+            if intent is _DAMAGED:
+                # it may still mean the tool started; it was set aside, so mark the
+                # call as started again, or the next rerun would find no intent at all
+                yield _Write("intent")
+            if intent is _DAMAGED or (intent is not None and intent[0] == call.fingerprint):
                 answer, settled = self._outcome_unknown(call)
                 if settled:
                     yield _Write("result", answer)
@@ -533,7 +540,7 @@ def _store_step(call: _Call, step: _Step) -> Any:
     saver = call.saver
     if isinstance(step, _Read):
         return saver.get_tool_record(
-            call.thread_id, call.checkpoint_ns, call.tool_call_id, step.kind
+            call.thread_id, call.checkpoint_ns, call.tool_call_id, step.kind, damaged=_DAMAGED
         )
     if isinstance(step, _Write):
         saver.put_tool_record(

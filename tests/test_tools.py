@@ -350,6 +350,23 @@ def test_unknown_outcome_is_an_error_message_and_the_tool_is_not_invoked(saver, 
     assert idempotency_key("t1", "tools", "call_2") in message.content
 
 
+def test_a_damaged_intent_still_counts_as_started(saver, mode):
+    """An at-most-once intent that no longer verifies may still mean the tool ran."""
+    effects = Effects()
+    leave_intent(saver)
+    key = next(k for k in saver.storage.walk("threads") if k.endswith("call_2.intent"))
+    saver.storage.write(key, saver.storage.read(key)[:-3] + b"???")
+    graph = tools_graph(VerifiedToolNode(effects.tools, at_most_once=["charge"]), saver)
+    output = invoke(graph, {"messages": []}, config(), mode)
+    assert effects.count["charge"] == 0
+    message = next(m for m in output["messages"] if getattr(m, "tool_call_id", "") == "call_2")
+    assert message.status == "error" and "may or may not have taken effect" in message.content
+    assert saver.stats.quarantined_records == 1
+    # the call stays marked as started: a further rerun does not charge either
+    invoke(graph, {"messages": []}, config(), mode)
+    assert effects.count["charge"] == 0
+
+
 def test_unknown_outcome_can_raise(saver, mode):
     effects = Effects()
     leave_intent(saver)

@@ -1,0 +1,174 @@
+"""The saver's own surface: opening and closing, verify(), keys against forgery,
+and what a crashed write leaves behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+
+from langgraph_checkpoint_verified import VerifiedSaver, VerifiedSaverError
+from langgraph_checkpoint_verified._format import Codec
+from langgraph_checkpoint_verified._keys import TEMP_PREFIX, checkpoints_prefix
+from langgraph_checkpoint_verified._records import decode_checkpoint, encode_checkpoint
+
+
+def put_chain(saver: VerifiedSaver, thread_id: str, n: int) -> list[dict]:
+    configs, parent = [], generate_config(thread_id)
+    for step in range(n):
+        checkpoint = generate_checkpoint(
+            channel_values={"n": step}, channel_versions={"n": step + 1}
+        )
+        parent = saver.put(parent, checkpoint, generate_metadata(step=step), {"n": step + 1})
+        configs.append(parent)
+    return configs
+
+
+# -- opening and closing ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["store", ":memory:"])
+def test_from_conn_string_sync_and_async_close_the_saver(tmp_path, target):
+    path = str(tmp_path / target) if target == "store" else target
+    with VerifiedSaver.from_conn_string(path) as saver:
+        put_chain(saver, "t", 2)
+        assert saver.get_tuple(generate_config("t")).checkpoint["channel_values"] == {"n": 1}
+    with pytest.raises(VerifiedSaverError, match="is closed"):
+        saver.get_tuple(generate_config("t"))
+
+    async def use_async() -> VerifiedSaver:
+        async with VerifiedSaver.from_conn_string(path) as async_saver:
+            put_chain(async_saver, "u", 1)
+            assert (await async_saver.aget_tuple(generate_config("u"))) is not None
+        return async_saver
+
+    import asyncio
+
+    closed = asyncio.run(use_async())
+    with pytest.raises(VerifiedSaverError, match="is closed"):
+        asyncio.run(closed.aput(generate_config("u"), generate_checkpoint(), {}, {}))
+
+
+def test_close_is_idempotent_and_a_new_saver_continues(tmp_path):
+    saver = VerifiedSaver(tmp_path / "store")
+    put_chain(saver, "t", 3)
+    saver.close()
+    saver.close()
+    with pytest.raises(VerifiedSaverError, match="open a new VerifiedSaver"):
+        saver.put(generate_config("t"), generate_checkpoint(), {}, {})
+    again = VerifiedSaver(tmp_path / "store")
+    assert again.get_tuple(generate_config("t")).metadata["step"] == 2
+
+
+def test_a_store_path_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("not a store")
+    with pytest.raises(NotADirectoryError):
+        VerifiedSaver(tmp_path / "file")
+    with pytest.raises(TypeError, match="exactly one"):
+        VerifiedSaver()
+    with pytest.raises(TypeError, match="path must be"):
+        VerifiedSaver(42)  # type: ignore[arg-type]
+
+
+# -- verify() ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_verify_reports_progress_one_thread_and_repairs(tmp_path, backend):
+    saver = VerifiedSaver(tmp_path / "store") if backend == "files" else VerifiedSaver.in_memory()
+    put_chain(saver, "t", 4)
+    put_chain(saver, "other", 2)
+    keys = sorted(k for k in saver.storage.walk(checkpoints_prefix("t", "")))
+    newest = keys[-1]
+    saver.storage.write(newest, saver.storage.read(newest)[:-1] + b"\0")
+
+    calls: list[tuple[int, int]] = []
+    report = saver.verify("t", progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(i, 4) for i in range(1, 5)]
+    assert [d.key for d in report.damaged] == [newest]
+    assert report.damaged[0].kind == "checkpoint"
+    assert report.damaged[0].identity["thread_id"] == "t"  # the header still verifies
+    assert not report.ok and not report.repaired
+    assert saver.storage.read(newest) is not None  # a plain verify moves nothing
+    assert saver.verify("other").ok
+
+    repaired = saver.verify(repair=True)
+    assert repaired.repaired and repaired.damaged[0].quarantined_to is not None
+    assert saver.storage.read(newest) is None
+    assert saver.verify().ok
+    assert saver.stats.quarantined_records == 1
+
+
+# -- authenticity -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("forger_key", [None, b"f" * 32], ids=["no-key", "other-key"])
+def test_a_keyed_store_rejects_records_forged_without_its_key(tmp_path, forger_key):
+    key = b"k" * 32
+    saver = VerifiedSaver(tmp_path / "store", key=key)
+    configs = put_chain(saver, "t", 2)
+    newest_key = sorted(saver.storage.walk(checkpoints_prefix("t", "")))[-1]
+    genuine = decode_checkpoint(saver.codec, saver.storage.read(newest_key))
+
+    # A writer without the key re-frames the newest checkpoint with forged state:
+    # every digest is valid for the forger's key (or for no key at all).
+    forged_value = saver.serde.dumps_typed({"balance": 1_000_000})
+    genuine.values = {"n": (genuine.refs["n"][0], 0, forged_value)}
+    saver.storage.write(newest_key, encode_checkpoint(Codec(forger_key), genuine))
+
+    damage = []
+    reader = VerifiedSaver(tmp_path / "store", key=key, on_corruption=damage.append)
+    latest = reader.get_tuple(generate_config("t"))
+    assert latest.config == configs[0]  # the forged checkpoint is never returned
+    assert latest.checkpoint["channel_values"] == {"n": 0}
+    assert [d.key for d in damage] == [newest_key]
+
+
+# -- what a crashed write leaves ------------------------------------------------------------
+
+
+def test_a_write_killed_before_its_rename_leaves_a_temp_file_that_is_never_read(tmp_path):
+    store = tmp_path / "store"
+    put_chain(VerifiedSaver(store), "t", 2)
+    child = textwrap.dedent(
+        f"""
+        import os, signal
+        from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
+        from langgraph_checkpoint_verified import VerifiedSaver
+        from langgraph_checkpoint_verified import _storage
+
+        saver = VerifiedSaver({str(store)!r})
+        parent = next(saver.list({{"configurable": {{"thread_id": "t"}}}}, limit=1)).config
+
+        def killed_before_rename(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        _storage.os.replace = killed_before_rename
+        checkpoint = generate_checkpoint(channel_values={{"n": 99}}, channel_versions={{"n": 99}})
+        saver.put(parent, checkpoint, {{"step": 99}}, {{"n": 99}})
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, timeout=120)
+    assert result.returncode == -signal.SIGKILL, result.stderr.decode()
+    directory = store / checkpoints_prefix("t", "")
+    leftovers = [p for p in directory.iterdir() if p.name.startswith(TEMP_PREFIX)]
+    assert len(leftovers) == 1  # the complete, fsynced, never renamed record
+
+    # a live writer's temp file must survive listing; the dead one's must not
+    live = directory / f"{TEMP_PREFIX}{os.getpid()}-inflight"
+    live.write_bytes(b"partial")
+    saver = VerifiedSaver(store)
+    latest = saver.get_tuple(generate_config("t"))
+    assert latest.metadata["step"] == 1  # the unacknowledged put is not there
+    assert not leftovers[0].exists()
+    assert live.exists()
+    assert saver.verify().ok and saver.stats.damaged_records == 0

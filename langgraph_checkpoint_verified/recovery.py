@@ -58,6 +58,8 @@ class RecoveryStats:
 
     Attributes:
         damaged_records: Damaged records found on read paths.
+        unreadable_records: Records the store could not read (an ``OSError``
+            such as EIO or EACCES); treated as unusable, never moved.
         quarantined_records: Records moved aside.
         fallbacks: Reads that returned an older checkpoint than the one asked for
             (or than the newest one) because of damage.
@@ -65,6 +67,7 @@ class RecoveryStats:
     """
 
     damaged_records: int = 0
+    unreadable_records: int = 0
     quarantined_records: int = 0
     fallbacks: int = 0
     restarts_from_scratch: int = 0
@@ -141,6 +144,20 @@ class DamageReporter:
         self._notify(damage)
         return damage
 
+    def unreadable(self, key: str, error: OSError) -> Damage:
+        """Handle a record that could not be read at all: report it, never move it."""
+        damage = Damage(
+            key=key,
+            location=self.storage.location(key),
+            reason=f"cannot read: {error.strerror or error}",
+            kind=kind_name(key),
+        )
+        with self._lock:
+            self.stats.unreadable_records += 1
+        logger.warning("unreadable %s record %s: %s", damage.kind, damage.location, damage.reason)
+        self._notify(damage)
+        return damage
+
     def fallback(self, description: str) -> None:
         with self._lock:
             self.stats.fallbacks += 1
@@ -169,6 +186,35 @@ class DamageReporter:
             if isinstance(reason, dict):
                 return reason
         return None
+
+    def quarantined_under(self, prefix: str) -> dict[str, dict[str, Any]]:
+        """The reason records of every quarantined record whose key starts with ``prefix``.
+
+        Keyed by original key. One scan of the quarantine, for a reader that
+        must know what was moved aside from a whole subtree: a moved
+        pending-writes record leaves no trace where it was.
+        """
+        found: dict[str, dict[str, Any]] = {}
+        for name in self.storage.list(QUARANTINE_PREFIX):
+            if not name.endswith(".reason"):
+                continue
+            try:
+                data = self.storage.read(f"{QUARANTINE_PREFIX}/{name}")
+            except OSError:
+                continue
+            if data is None:
+                continue
+            try:
+                header, content = self.codec.decode_with_header(
+                    data, RecordKind.QUARANTINE_REASON
+                )
+                reason = json.loads(content)
+            except (RecordDamagedError, ValueError):
+                continue
+            original_key = header.identity.get("original_key", "")
+            if original_key.startswith(prefix) and isinstance(reason, dict):
+                found[original_key] = reason
+        return found
 
     def restart_from_scratch(self, thread_id: str, checkpoint_ns: str) -> None:
         with self._lock:

@@ -30,6 +30,8 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
     SerializerProtocol,
     get_checkpoint_id,
     get_checkpoint_metadata,
@@ -84,14 +86,21 @@ _REFS_CACHE_SIZE = 4096
 _ASYNC_LIST_BATCH = 64
 
 
-class _Unusable(Exception):
-    """Internal: a checkpoint cannot be returned (its record or a dependency is bad)."""
+_PARENT_UNKNOWN = "\0unknown"
+"""``_Unusable.parent`` when nothing trustworthy says who the parent was."""
 
-    def __init__(self, reason: str, *, parent_hint: str | None = None, own_damage: bool) -> None:
+
+class _Unusable(Exception):
+    """Internal: a checkpoint cannot be returned (its record or a dependency is bad).
+
+    ``parent`` is its parent's id as a verified header says it (``None``: it has
+    none), or ``_PARENT_UNKNOWN``.
+    """
+
+    def __init__(self, reason: str, *, parent: str | None = _PARENT_UNKNOWN) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.parent_hint = parent_hint
-        self.own_damage = own_damage
+        self.parent = parent
 
 
 class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAsyncContextManager):
@@ -376,8 +385,14 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                     return
 
     def _latest(
-        self, thread_id: str, checkpoint_ns: str, holders: dict[str, Any]
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        holders: dict[str, Any],
+        *,
+        strict: bool | None = None,
     ) -> CheckpointTuple | None:
+        strict = self.strict if strict is None else strict
         skipped: builtins.list[str] = []
         saw_any = False
         ids = self._unsorted_checkpoint_ids(thread_id, checkpoint_ns)
@@ -386,7 +401,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             try:
                 found = self._load(thread_id, checkpoint_ns, checkpoint_id, holders)
             except _Unusable as unusable:
-                if self.strict:
+                if strict:
                     raise CheckpointDamagedError(
                         thread_id, checkpoint_ns, checkpoint_id, unusable.reason
                     ) from None
@@ -419,31 +434,30 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                     raise CheckpointDamagedError(
                         thread_id, checkpoint_ns, current, unusable.reason
                     ) from None
-                current = unusable.parent_hint or self._predecessor(
-                    thread_id, checkpoint_ns, current
+                current = self._parent_for_fallback(
+                    thread_id, checkpoint_ns, current, unusable.parent
                 )
                 continue
             if found is None:
-                if current == requested:
-                    # absent: never existed (not damage), or quarantined by an earlier read
-                    moved = self.reporter.quarantined_reason(
-                        _keys.checkpoint_key(thread_id, checkpoint_ns, current)
+                moved = self.reporter.quarantined_reason(
+                    _keys.checkpoint_key(thread_id, checkpoint_ns, current)
+                )
+                if moved is None and current == requested:
+                    return None  # never existed: not damage
+                if self.strict:
+                    raise CheckpointDamagedError(
+                        thread_id,
+                        checkpoint_ns,
+                        current,
+                        f"quarantined: {moved.get('reason')}" if moved else "missing",
                     )
-                    if moved is None:
-                        return None
-                    if self.strict:
-                        raise CheckpointDamagedError(
-                            thread_id, checkpoint_ns, current, f"quarantined: {moved.get('reason')}"
-                        )
-                    identity = moved.get("identity") or {}
-                    if identity.get("checkpoint_id") == current:
-                        current = identity.get("parent_checkpoint_id") or self._predecessor(
-                            thread_id, checkpoint_ns, current
-                        )
-                    else:
-                        current = self._predecessor(thread_id, checkpoint_ns, current)
-                    continue
-                current = self._predecessor(thread_id, checkpoint_ns, current)
+                identity = (moved or {}).get("identity") or {}
+                parent = (
+                    identity.get("parent_checkpoint_id") or None
+                    if identity.get("checkpoint_id") == current
+                    else _PARENT_UNKNOWN
+                )
+                current = self._parent_for_fallback(thread_id, checkpoint_ns, current, parent)
                 continue
             if current != requested:
                 self.reporter.fallback(
@@ -453,6 +467,22 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             return found
         self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
         return None
+
+    def _parent_for_fallback(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, parent: str | None
+    ) -> str | None:
+        if parent != _PARENT_UNKNOWN:
+            return parent
+        # Nothing trustworthy names the parent (the header itself is gone): ids are
+        # time-ordered, so the next older checkpoint is the best guess. On a thread
+        # with forks it may be on another branch; the log says so.
+        guess = self._predecessor(thread_id, checkpoint_ns, checkpoint_id)
+        self.reporter.fallback(
+            f"thread {thread_id!r} namespace {checkpoint_ns!r}: the parent of checkpoint "
+            f"{checkpoint_id} is unknown (its header is damaged); trying the next older "
+            f"checkpoint {guess}, which may be on another branch if the thread was forked"
+        )
+        return guess
 
     def _predecessor(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str | None:
         # Used only when a damaged record no longer says who its parent was:
@@ -479,7 +509,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         metadata = self.serde.loads_typed(record.metadata)
         if metadata_filter and not all(metadata.get(k) == v for k, v in metadata_filter.items()):
             return None
-        entries = self._resolve_values(record, holders)
+        try:
+            entries = self._resolve_values(record, holders)
+        except _Unusable as unusable:
+            # this record verified: its parent is known even though a value is not
+            raise _Unusable(unusable.reason, parent=record.parent_checkpoint_id) from None
         channel_values = {
             ch: self.serde.loads_typed(typed)
             for ch, typed in entries.items()
@@ -519,17 +553,22 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             )
         except RecordDamagedError as exc:
             damage = self.reporter.damaged(key, exc, data)
-            parent = (damage.identity or {}).get("parent_checkpoint_id") or None
-            if damage.identity and damage.identity.get("checkpoint_id") != checkpoint_id:
-                parent = None  # the header belongs to some other record: its parent is no clue
-            raise _Unusable(exc.reason, parent_hint=parent, own_damage=True) from None
+            identity = damage.identity or {}
+            # a header that verifies and is this checkpoint's still names its parent
+            parent = (
+                identity.get("parent_checkpoint_id") or None
+                if identity.get("checkpoint_id") == checkpoint_id
+                else _PARENT_UNKNOWN
+            )
+            raise _Unusable(exc.reason, parent=parent) from None
 
     def _read(self, key: str) -> bytes | None:
         try:
             return self.storage.read(key)
         except OSError as exc:
             # unreadable (EIO, EACCES): as unusable as damage, but not ours to move
-            raise _Unusable(f"cannot read {key}: {exc}", own_damage=False) from None
+            self.reporter.unreadable(key, exc)
+            raise _Unusable(f"cannot read {key}: {exc}") from None
 
     def _resolve_values(
         self, record: CheckpointRecord, holders: dict[str, Any]
@@ -544,8 +583,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             if stored is None or stored[0] != version:
                 raise _Unusable(
                     f"value of channel {channel!r} at version {version!r} is missing from "
-                    f"checkpoint {holder_id}",
-                    own_damage=False,
+                    f"checkpoint {holder_id}"
                 )
             entries[channel] = stored[2]
         return entries
@@ -563,13 +601,10 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             holder = self._read_checkpoint(key, record.thread_id, record.checkpoint_ns, holder_id)
             if holder is None:
                 raise _Unusable(
-                    f"channel values are stored in checkpoint {holder_id}, which is missing",
-                    own_damage=False,
+                    f"channel values are stored in checkpoint {holder_id}, which is missing"
                 )
         except _Unusable as unusable:
-            dependency = _Unusable(
-                f"depends on checkpoint {holder_id}: {unusable.reason}", own_damage=False
-            )
+            dependency = _Unusable(f"depends on checkpoint {holder_id}: {unusable.reason}")
             holders[holder_id] = dependency
             raise dependency from None
         if len(holders) > 256:
@@ -598,11 +633,26 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         return [write for _, write in found]
 
     def _read_writes(
-        self, key: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+        self,
+        key: str,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        *,
+        dropped: builtins.list[tuple[str, str]] | None = None,
     ) -> WritesRecord | None:
+        """The writes record at ``key``; ``None`` if absent, damaged or unreadable.
+
+        ``dropped``, when given, receives ``(key, reason)`` for each record left
+        out because it is damaged or unreadable, so a caller that cannot do
+        without it (the delta-channel walk) can tell it from one never written.
+        """
         try:
             data = self.storage.read(key)
-        except OSError:
+        except OSError as exc:
+            self.reporter.unreadable(key, exc)  # left out, like damage: only that task reruns
+            if dropped is not None:
+                dropped.append((key, f"cannot read: {exc}"))
             return None
         if data is None:
             return None
@@ -626,6 +676,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         except RecordDamagedError as exc:
             # a damaged batch is left out: only that task runs again
             self.reporter.damaged(key, exc, data)
+            if dropped is not None:
+                dropped.append((key, exc.reason))
             return None
         return record
 
@@ -648,7 +700,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
     def _id_from_header(self, key: str) -> str | None:
         # long ids are stored under a hashed name; the record's header says which id it is
-        data = self.storage.read(key)
+        try:
+            data = self.storage.read(key)
+        except OSError as exc:
+            self.reporter.unreadable(key, exc)
+            return None
         if data is None:
             return None
         try:
@@ -688,7 +744,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
     def _identity_field_under(self, prefix: str, field: str) -> str | None:
         for key in self.storage.walk(prefix):
-            data = self.storage.read(key)
+            try:
+                data = self.storage.read(key)
+            except OSError as exc:
+                self.reporter.unreadable(key, exc)
+                continue
             if data is None:
                 continue
             try:
@@ -797,10 +857,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         batches: dict[str, list[tuple[int, str, Typed]]] = {}
         for idx, (channel, value) in enumerate(writes):
             special = WRITES_IDX_MAP.get(channel)
-            slot = str(special) if special is not None else NORMAL_WRITES_SLOT
-            batches.setdefault(slot, []).append(
-                (special if special is not None else idx, channel, self.serde.dumps_typed(value))
-            )
+            typed = self.serde.dumps_typed(value)
+            if special is not None:
+                # one write per special kind: the last one wins, within a call as across
+                # calls (InMemorySaver and SqliteSaver key it by (task_id, index) too)
+                batches[str(special)] = [(special, channel, typed)]
+            else:
+                batches.setdefault(NORMAL_WRITES_SLOT, []).append((idx, channel, typed))
         for slot, batch in batches.items():
             record = WritesRecord(
                 thread_id=thread_id,
@@ -940,8 +1003,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         key = _keys.tool_record_key(thread_id, checkpoint_ns, tool_call_id, kind)
         try:
             data = self.storage.read(key)
-        except OSError:
-            return None
+        except OSError as exc:
+            self.reporter.unreadable(key, exc)
+            return damaged  # unreadable is not "never written": it may exist
         if data is None:
             return None
         try:
@@ -1015,6 +1079,15 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         Checkpoints that remain and whose channel values were stored in a
         deleted checkpoint's record are first rewritten to hold those values
         themselves, so every remaining checkpoint still loads in full.
+
+        Warning:
+            ``DeltaChannel``: deleting a run that produced ancestor pending
+            writes, or the only snapshot of a delta channel, for a still-live
+            thread breaks the reconstruction of that channel in the
+            checkpoints after it. Their history walk ends at the first missing
+            ancestor, as in ``BaseCheckpointSaver``, so the channel rebuilds
+            from fewer writes without an error. Prefer ``prune``, which keeps
+            the ancestors a delta channel needs.
         """
         self._check_open()
         doomed_runs = set(run_ids)
@@ -1036,6 +1109,17 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         """Prune threads: ``"keep_latest"`` keeps the newest verified checkpoint per namespace
         (with its pending writes, rewritten to hold all its values); ``"delete"`` removes all.
 
+        ``DeltaChannel``: a delta channel stores only its writes between
+        snapshots, so its value at the kept checkpoint is rebuilt from
+        ancestors. For each channel named in the kept checkpoint's
+        ``counters_since_delta_snapshot`` metadata, ``"keep_latest"`` also keeps
+        every ancestor the history walk reads (back to the channel's nearest
+        snapshot), with its pending writes: the kept checkpoint rebuilds the
+        same value after pruning. If that walk meets damage, the namespace is
+        left as it is and ``CheckpointDamagedError`` is raised (threads listed
+        before it are already pruned): pruning past the damage would turn an
+        error into a silently shortened value.
+
         Tool-call records are kept (a resume from the kept checkpoint may need them).
         """
         self._check_open()
@@ -1051,12 +1135,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 continue  # no such thread: do not create one just to lock it
             with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=True):
                 for checkpoint_ns in self._namespaces(thread_id):
-                    latest = self._latest(thread_id, checkpoint_ns, {})
+                    latest = self._latest(thread_id, checkpoint_ns, {}, strict=False)
                     records = self._records_of(thread_id, checkpoint_ns)
                     keep = latest.config["configurable"]["checkpoint_id"] if latest else None
-                    self._remove_checkpoints(
-                        thread_id, checkpoint_ns, records, set(records) - {keep}
-                    )
+                    kept = {keep} | self._delta_ancestors(latest)
+                    self._remove_checkpoints(thread_id, checkpoint_ns, records, set(records) - kept)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every verified record of a thread (checkpoints, writes, tool records) to another.
@@ -1138,6 +1221,223 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             self.storage.delete(_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))
             self.storage.delete_tree(_keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id))
         self._forget_thread(thread_id)
+
+    # -- delta channels ----------------------------------------------------
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        """The writes and seed each ``DeltaChannel`` is rebuilt from at a checkpoint.
+
+        LangGraph calls this when it loads a checkpoint at which a delta
+        channel stored no value. The parent chain of the checkpoint in
+        ``config`` (its newest one if no ``checkpoint_id`` is given) is walked
+        once for all ``channels``, by exact checkpoint id. A channel's walk
+        ends at the nearest ancestor holding a stored value (its snapshot,
+        returned as ``seed``); the writes from there on are returned oldest
+        first, each checkpoint's in ``writes_sort_key`` order. Writes stored
+        at the checkpoint itself are pending for its next step and are left
+        out, as in ``InMemorySaver``.
+
+        Unlike ``get_tuple``, this never falls back past damage: LangGraph has
+        already chosen the checkpoint, and for a delta channel a missing write
+        is not an older value but a wrong one. So an ancestor on the walk that
+        does not verify (or was quarantined), a stored value of one of these
+        channels that cannot be read, or a damaged pending-writes record of an
+        ancestor raises ``CheckpointDamagedError`` naming it, instead of
+        returning a shortened history. A parent that does not exist at all
+        (deleted by ``delete_for_runs``) ends the walk there, as in
+        ``BaseCheckpointSaver``.
+
+        Args:
+            config: Names the checkpoint whose channels are rebuilt.
+            channels: The delta channels to walk for.
+
+        Returns:
+            ``{"writes": [...], "seed": value}`` per channel; ``seed`` is left
+            out when the walk reached the thread's first checkpoint without
+            finding a stored value (the channel starts empty).
+
+        Raises:
+            CheckpointDamagedError: A record the walk needs cannot be used.
+
+        Example:
+            >>> saver = VerifiedSaver.in_memory()
+            >>> config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            >>> saver.get_delta_channel_history(config=config, channels=["items"])
+            {'items': {'writes': []}}
+        """
+        self._check_open()
+        if not channels:
+            return {}
+        thread_id, checkpoint_ns, checkpoint_id = _config_parts(config)
+        if checkpoint_id is None:
+            latest = self._latest(thread_id, checkpoint_ns, {})
+            if latest is None:
+                return {channel: {"writes": []} for channel in channels}
+            checkpoint_id = latest.config["configurable"]["checkpoint_id"]
+        history, _ = self._delta_history(thread_id, checkpoint_ns, checkpoint_id, channels)
+        return history
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        """Async twin of ``get_delta_channel_history``."""
+        return await self._run(self.get_delta_channel_history, config=config, channels=channels)
+
+    def _delta_history(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, channels: Sequence[str]
+    ) -> tuple[dict[str, DeltaChannelHistory], set[str]]:
+        """The history of ``channels`` at a checkpoint, and the ancestors it was read from."""
+        quarantined = self.reporter.quarantined_under(f"{_keys.thread_prefix(thread_id)}/")
+
+        def cannot_use(damaged_id: str, reason: str) -> CheckpointDamagedError:
+            return CheckpointDamagedError(
+                thread_id,
+                checkpoint_ns,
+                damaged_id,
+                f"{reason}; the delta channel history of checkpoint {checkpoint_id} "
+                f"({', '.join(sorted(channels))}) runs through it",
+                advice=(
+                    "A delta channel rebuilt without it would hold a wrong value, so none "
+                    "was returned. Resume from a checkpoint older than the damage (its "
+                    "checkpoint_id from get_state_history) or restore the record from a "
+                    "backup; run `langgraph-verified verify` on the store for a full report."
+                ),
+            )
+
+        def exact(wanted_id: str) -> CheckpointRecord | None:
+            key = _keys.checkpoint_key(thread_id, checkpoint_ns, wanted_id)
+            try:
+                record = self._read_checkpoint(key, thread_id, checkpoint_ns, wanted_id)
+            except _Unusable as unusable:
+                raise cannot_use(wanted_id, unusable.reason) from None
+            if record is None and key in quarantined:
+                moved = quarantined[key]
+                raise cannot_use(wanted_id, f"quarantined ({moved.get('reason')})")
+            return record
+
+        target = exact(checkpoint_id)
+        remaining = set(channels)
+        seeds: dict[str, Any] = {}
+        newest_first: builtins.list[builtins.list[PendingWrite]] = []
+        visited: set[str] = set()
+        holders: dict[str, Any] = {}
+        current = target.parent_checkpoint_id if target is not None else None
+        while current is not None and remaining and current not in visited:
+            record = exact(current)
+            if record is None:
+                break  # deleted, not damaged: the walk ends here, as in BaseCheckpointSaver
+            visited.add(current)
+            found_here: dict[str, Any] = {}
+            for channel in remaining:
+                if channel not in record.refs:
+                    continue
+                version, holder_id = record.refs[channel]
+                try:
+                    stored = (
+                        record.values.get(channel)
+                        if holder_id == current
+                        else self._holder_values(record, holder_id, holders).get(channel)
+                    )
+                except _Unusable as unusable:
+                    raise cannot_use(current, unusable.reason) from None
+                if stored is None or stored[0] != version:
+                    raise cannot_use(
+                        current,
+                        f"value of channel {channel!r} at version {version!r} is missing "
+                        f"from checkpoint {holder_id}",
+                    )
+                if stored[2][0] != EMPTY_TYPE:
+                    found_here[channel] = self.serde.loads_typed(stored[2])
+            # a seed is the value before its own checkpoint's writes: those count too
+            newest_first.append(
+                self._complete_writes(
+                    thread_id, checkpoint_ns, current, remaining, quarantined, cannot_use
+                )
+            )
+            seeds.update(found_here)
+            remaining.difference_update(found_here)
+            current = record.parent_checkpoint_id
+        history: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            entry: DeltaChannelHistory = {
+                "writes": [
+                    write
+                    for writes in reversed(newest_first)
+                    for write in writes
+                    if write[1] == channel
+                ]
+            }
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            history[channel] = entry
+        return history, visited
+
+    def _complete_writes(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        channels: set[str],
+        quarantined: dict[str, dict[str, Any]],
+        cannot_use: Callable[[str, str], CheckpointDamagedError],
+    ) -> builtins.list[PendingWrite]:
+        """Every pending write of ``channels`` at a checkpoint, in ``writes_sort_key`` order.
+
+        Raises what ``cannot_use`` makes if a regular-writes record there is
+        damaged, unreadable, or was quarantined (special writes, such as
+        errors and interrupts, never hold channel values).
+        """
+        prefix = _keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
+        regular = f".{NORMAL_WRITES_SLOT}{_keys.WRITES_SUFFIX}"
+        dropped: builtins.list[tuple[str, str]] = []
+        found: builtins.list[tuple[tuple[str, str, int], PendingWrite]] = []
+        names = self.storage.list(prefix)
+        for name in names:
+            key = f"{prefix}/{name}"
+            record = self._read_writes(
+                key, thread_id, checkpoint_ns, checkpoint_id, dropped=dropped
+            )
+            if record is None:
+                continue
+            for idx, channel, typed in record.writes:
+                if channel in channels:
+                    found.append(
+                        (
+                            writes_sort_key(record.task_path, record.task_id, idx),
+                            (record.task_id, channel, self.serde.loads_typed(typed)),
+                        )
+                    )
+        present = {f"{prefix}/{name}" for name in names}
+        # a record quarantined and written again since (its task ran again) is complete
+        dropped.extend(
+            (key, f"quarantined ({moved.get('reason')})")
+            for key, moved in quarantined.items()
+            if key.startswith(f"{prefix}/") and key not in present
+        )
+        for key, reason in dropped:
+            if key.endswith(regular):
+                raise cannot_use(
+                    checkpoint_id,
+                    f"its pending-writes record {self.storage.location(key)} is left out: "
+                    f"{reason}",
+                )
+        found.sort(key=lambda item: item[0])
+        return [write for _, write in found]
+
+    def _delta_ancestors(self, kept: CheckpointTuple | None) -> set[str]:
+        """The ancestors the kept checkpoint's delta channels are rebuilt from (see ``prune``)."""
+        if kept is None:
+            return set()
+        counters = kept.metadata.get("counters_since_delta_snapshot") or {}
+        # as LangGraph does, walk only for channels with no value stored at the checkpoint
+        channels = [ch for ch in counters if ch not in kept.checkpoint["channel_values"]]
+        thread_id, checkpoint_ns, checkpoint_id = _config_parts(kept.config)
+        if not channels or checkpoint_id is None:
+            return set()
+        _, visited = self._delta_history(thread_id, checkpoint_ns, checkpoint_id, channels)
+        return visited
 
     # -- integrity ---------------------------------------------------------
 

@@ -21,8 +21,8 @@ EXPECTED_OUTPUT = {
         "turns: 2 | node runs: 2",
         '"reason": "record checksum mismatch",',
         "step: 3  turns: 2",
-        "RecoveryStats(damaged_records=1, quarantined_records=1, fallbacks=1, "
-        "restarts_from_scratch=0)",
+        "RecoveryStats(damaged_records=1, unreadable_records=0, quarantined_records=1, "
+        "fallbacks=1, restarts_from_scratch=0)",
         "store verifies: True",
         "node runs during the replay: 0",
         "turns: 3",

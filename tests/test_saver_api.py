@@ -172,3 +172,72 @@ def test_a_write_killed_before_its_rename_leaves_a_temp_file_that_is_never_read(
     assert not leftovers[0].exists()
     assert live.exists()
     assert saver.verify().ok and saver.stats.damaged_records == 0
+
+
+# -- fallback follows the parent chain, never a sibling branch ----------------------------
+
+
+def put_at(saver, parent, values, versions, new_versions):
+    checkpoint = generate_checkpoint(channel_values=values, channel_versions=versions)
+    return saver.put(parent, checkpoint, generate_metadata(), new_versions)
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_fallback_of_a_fork_never_returns_a_sibling(tmp_path, backend):
+    """A -> B -> C, and a fork B -> D. D's unchanged channel lives in A's record."""
+    saver = VerifiedSaver(tmp_path / "s") if backend == "files" else VerifiedSaver.in_memory()
+    a = put_at(
+        saver, generate_config("t"), {"x": "x1", "y": "y1"}, {"x": 1, "y": 1}, {"x": 1, "y": 1}
+    )
+    b = put_at(saver, a, {"x": "x1", "y": "y2"}, {"x": 1, "y": 2}, {"y": 2})
+    c = put_at(saver, b, {"x": "x3", "y": "y2"}, {"x": 3, "y": 2}, {"x": 3})
+    d = put_at(saver, b, {"x": "x1", "y": "y4"}, {"x": 1, "y": 4}, {"y": 4})
+    assert saver.get_tuple(d).checkpoint["channel_values"] == {"x": "x1", "y": "y4"}
+
+    a_key = sorted(saver.storage.walk(checkpoints_prefix("t", "")))[0]
+    saver.storage.write(a_key, saver.storage.read(a_key)[:-1] + b"?")
+
+    # D, B and A all need A's record: nothing on D's chain verifies. C (a sibling)
+    # is valid, but it is not D's ancestor and must not be returned for D.
+    assert saver.get_tuple(d) is None
+    assert saver.get_tuple(c).config == c
+    assert saver.stats.restarts_from_scratch == 1
+
+
+def test_prune_of_a_damaged_thread_works_in_strict_mode(tmp_path):
+    saver = VerifiedSaver(tmp_path / "s", strict=True)
+    configs = put_chain(saver, "t", 3)
+    newest = sorted(saver.storage.walk(checkpoints_prefix("t", "")))[-1]
+    saver.storage.write(newest, b"garbage")
+    with pytest.raises(Exception, match="does not verify"):
+        saver.get_tuple(generate_config("t"))
+    saver.prune(["t"], strategy="keep_latest")
+    assert [t.config for t in saver.list(generate_config("t"))] == [configs[1]]
+
+
+# -- a record that cannot be read at all --------------------------------------------------
+
+
+def test_unreadable_records_are_reported_not_raised_and_not_moved(tmp_path, monkeypatch):
+    saver = VerifiedSaver(tmp_path / "s")
+    long_id = "x" * 300  # stored under a hashed name: listing must read its header
+    put_chain(saver, long_id, 2)
+    configs = put_chain(saver, "t", 2)
+    seen = []
+    saver.reporter.on_corruption = seen.append
+    real_read = saver.storage.read
+
+    def failing_read(key):
+        if key.endswith(".ckpt"):
+            raise OSError(5, "Input/output error")
+        return real_read(key)
+
+    monkeypatch.setattr(saver.storage, "read", failing_read)
+    assert saver.get_tuple(generate_config(long_id)) is None
+    assert list(saver.list(generate_config(long_id))) == []
+    assert saver.get_tuple(configs[-1]) is None
+    assert saver.stats.unreadable_records >= 3
+    assert saver.stats.quarantined_records == 0
+    assert all("cannot read" in d.reason for d in seen)
+    monkeypatch.undo()
+    assert saver.get_tuple(generate_config("t")).config == configs[-1]

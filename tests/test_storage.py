@@ -124,9 +124,9 @@ def test_memory_list_of_a_thread_ignores_other_threads():
 # -- FileStorage's directories --------------------------------------------------
 
 
-def put_one(saver: VerifiedSaver, thread_id: str, value: int) -> dict:
+def put_one(saver: VerifiedSaver, thread_id: str, value: int, parent: dict | None = None) -> dict:
     return saver.put(
-        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}},
+        parent or {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}},
         generate_checkpoint(channel_values={"x": value}, channel_versions={"x": value}),
         generate_metadata(),
         {"x": value},
@@ -263,7 +263,7 @@ def test_acknowledged_writes_are_fsynced_and_quarantine_notes_are_not(tmp_path, 
     configs = []
     # file and directory, for each record
     assert fsyncs.during(lambda: configs.append(put_one(saver, "t", 1))) >= 2
-    assert fsyncs.during(lambda: configs.append(put_one(saver, "t", 2))) >= 2
+    assert fsyncs.during(lambda: configs.append(put_one(saver, "t", 2, configs[0]))) >= 2
     assert fsyncs.during(lambda: saver.put_writes(configs[-1], [("x", 2)], "task")) >= 2
     assert fsyncs.during(lambda: saver.put_writes(configs[-1], [("__error__", "e")], "t2")) >= 2
     assert (

@@ -367,6 +367,25 @@ def test_a_damaged_intent_still_counts_as_started(saver, mode):
     assert effects.count["charge"] == 0
 
 
+def test_an_unreadable_intent_still_counts_as_started(saver, mode, monkeypatch):
+    """EIO on an at-most-once intent must not be taken for "never written"."""
+    effects = Effects()
+    leave_intent(saver)
+    real_read = saver.storage.read
+
+    def failing_read(key):
+        if key.endswith(".intent"):
+            raise OSError(5, "Input/output error")
+        return real_read(key)
+
+    monkeypatch.setattr(saver.storage, "read", failing_read)
+    graph = tools_graph(VerifiedToolNode(effects.tools, at_most_once=["charge"]), saver)
+    output = invoke(graph, {"messages": []}, config(), mode)
+    assert effects.count["charge"] == 0
+    assert tool_messages(output)["call_2"].startswith("Error:")
+    assert saver.stats.unreadable_records >= 1
+
+
 def test_unknown_outcome_can_raise(saver, mode):
     effects = Effects()
     leave_intent(saver)

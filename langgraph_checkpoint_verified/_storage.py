@@ -66,8 +66,11 @@ class Storage(Protocol):
         """Remove every record under ``prefix``."""
         ...
 
-    def move_aside(self, key: str, new_key: str) -> bool:
+    def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
         """Rename ``key`` to ``new_key`` (used for quarantine); ``False`` if ``key`` is gone.
+
+        With ``replace=False`` nothing already at ``new_key`` is overwritten
+        (``False`` is returned and ``key`` stays where it is).
 
         Atomic, not durable: after a machine crash the record may be back at
         ``key``, where the next read finds it damaged and moves it again.
@@ -261,23 +264,33 @@ class FileStorage:
         else:
             _remove_quietly(path)
 
-    def move_aside(self, key: str, new_key: str) -> bool:
+    def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
         source, target = self._path(key), self._path(new_key)
         target_dir = os.path.dirname(target)
         # no fsync: a rename lost in a crash leaves the damage where a read finds it again
         self._ensure_dir(target_dir, sync=False)
         try:
-            os.rename(source, target)
+            self._rename(source, target, replace=replace)
+        except FileExistsError:
+            return False
         except FileNotFoundError:
             if not os.path.lexists(source):
                 return False  # someone else moved or deleted it first
             self._forget_dirs()  # it is the target's directory that went away
             self._ensure_dir(target_dir, sync=False)
             try:
-                os.rename(source, target)
-            except FileNotFoundError:
+                self._rename(source, target, replace=replace)
+            except (FileNotFoundError, FileExistsError):
                 return False
         return True
+
+    @staticmethod
+    def _rename(source: str, target: str, *, replace: bool) -> None:
+        if replace:
+            os.rename(source, target)
+        else:
+            os.link(source, target)  # fails if target exists: never overwrite
+            os.unlink(source)
 
     def location(self, key: str) -> str:
         return self._path(key)
@@ -466,12 +479,11 @@ class MemoryStorage:
                 del self._records[key]
             self._records.pop(prefix, None)
 
-    def move_aside(self, key: str, new_key: str) -> bool:
+    def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
         with self._lock:
-            data = self._records.pop(key, None)
-            if data is None:
+            if key not in self._records or (not replace and new_key in self._records):
                 return False
-            self._records[new_key] = data
+            self._records[new_key] = self._records.pop(key)
             return True
 
     def location(self, key: str) -> str:

@@ -205,9 +205,7 @@ class DamageReporter:
             if data is None:
                 continue
             try:
-                header, content = self.codec.decode_with_header(
-                    data, RecordKind.QUARANTINE_REASON
-                )
+                header, content = self.codec.decode_with_header(data, RecordKind.QUARANTINE_REASON)
                 reason = json.loads(content)
             except (RecordDamagedError, ValueError):
                 continue
@@ -233,8 +231,11 @@ class DamageReporter:
         moved = self.storage.read(f"{base}.record")
         if moved is not None and moved != data:
             # The file was replaced between our read and the move (a concurrent
-            # writer): what we moved is not what we judged. Put it back.
-            self.storage.move_aside(f"{base}.record", damage.key)
+            # writer): what we moved is not what we judged. Put it back, unless a
+            # still newer record is there by now: that one must not be overwritten,
+            # and the one we moved is older than it anyway.
+            if not self.storage.move_aside(f"{base}.record", damage.key, replace=False):
+                logger.info("left superseded record %s in quarantine", damage.key)
             return None
         reason = {
             "original_key": damage.key,

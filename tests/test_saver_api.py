@@ -241,3 +241,42 @@ def test_unreadable_records_are_reported_not_raised_and_not_moved(tmp_path, monk
     assert all("cannot read" in d.reason for d in seen)
     monkeypatch.undo()
     assert saver.get_tuple(generate_config("t")).config == configs[-1]
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_quarantine_never_puts_back_over_a_newer_record(tmp_path, backend):
+    """A reader judges damaged bytes; writers replace the record twice around its move.
+    The move caught a good record, which goes back only if nothing newer is there."""
+    from langgraph_checkpoint_verified._keys import writes_key
+    from langgraph_checkpoint_verified._records import WritesRecord, encode_writes
+
+    saver = VerifiedSaver(tmp_path / "s") if backend == "files" else VerifiedSaver.in_memory()
+    (config,) = put_chain(saver, "t", 1)
+    checkpoint_id = config["configurable"]["checkpoint_id"]
+    key = writes_key("t", "", checkpoint_id, "task", "-3")
+
+    def record(value: str) -> bytes:
+        batch = [(-3, "__interrupt__", saver.serde.dumps_typed(value))]
+        return encode_writes(
+            saver.codec, WritesRecord("t", "", checkpoint_id, "task", "-3", "", batch)
+        )
+
+    saver.storage.write(key, b"damaged bytes")
+    real_move = saver.storage.move_aside
+    moves = []
+
+    def racing_move(source, target, **kwargs):
+        if not moves:
+            saver.storage.write(key, record("R2"))  # a writer replaces the damaged record
+        moves.append((source, target))
+        moved = real_move(source, target, **kwargs)
+        if len(moves) == 1:
+            saver.storage.write(key, record("R3"))  # and writes again, acknowledged
+        return moved
+
+    saver.storage.move_aside = racing_move
+    saver.get_tuple(config)
+    saver.storage.move_aside = real_move
+
+    assert len(moves) == 2  # the quarantine move and the refused put-back
+    assert [w[2] for w in saver.get_tuple(config).pending_writes] == ["R3"]

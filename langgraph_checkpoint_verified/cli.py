@@ -34,7 +34,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph_checkpoint_verified._storage import QUARANTINE_PREFIX
 from langgraph_checkpoint_verified.errors import StoreKeyError, VerifiedSaverError
 from langgraph_checkpoint_verified.recovery import Damage, VerifyReport
-from langgraph_checkpoint_verified.saver import VerifiedSaver
+from langgraph_checkpoint_verified.saver import STORE_MARKER_KEY, VerifiedSaver
 
 PROG = "langgraph-verified"
 EXIT_OK = 0
@@ -179,7 +179,11 @@ def _open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSav
         raise CommandError(f"no store at {path}: the directory does not exist")
     if not path.is_dir():
         raise CommandError(f"{path} is not a store: a store is a directory")
-    looks_like_store = (path / "threads").is_dir() or (path / QUARANTINE_PREFIX).is_dir()
+    looks_like_store = (
+        (path / "threads").is_dir()
+        or (path / QUARANTINE_PREFIX).is_dir()
+        or (path / STORE_MARKER_KEY).is_file()
+    )
     if not looks_like_store and any(path.iterdir()):
         raise CommandError(
             f"{path} is not a store: it has neither threads/ nor {QUARANTINE_PREFIX}/"

@@ -198,6 +198,50 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self._offload = not isinstance(self.storage, MemoryStorage)
         self._check_store_marker()
 
+    def _check_key_against_records(self, sample: int = 3) -> None:
+        """Raise ``StoreKeyError`` if the first few records say the key is wrong.
+
+        A header that verifies settles it. Records whose headers all fail are
+        judged by their keyed flag; an unkeyed store whose sample is damaged is
+        left to the normal read paths.
+        """
+        flags = []
+        for key in self.storage.walk("threads"):
+            try:
+                data = self.storage.read(key)
+            except OSError:
+                continue
+            if data is None:
+                continue
+            try:
+                self.codec.read_header(data)
+                return
+            except RecordDamagedError:
+                flags.append(Codec.keyed_flag(data))
+            if len(flags) >= sample:
+                break
+        if not flags:
+            return
+        where = self.storage.location("threads")
+        if not self.codec.key and any(flags):
+            raise StoreKeyError(
+                "this store's records were written with a key: pass VerifiedSaver(..., key=...)",
+                store_is_keyed=True,
+                marker=where,
+            )
+        if self.codec.key and not any(flags):
+            raise StoreKeyError(
+                "this store's records were written without a key: open it without key=",
+                store_is_keyed=False,
+                marker=where,
+            )
+        if self.codec.key:
+            raise StoreKeyError(
+                "the key does not verify any of this store's records",
+                store_is_keyed=True,
+                marker=where,
+            )
+
     def _check_store_marker(self) -> None:
         """Read (or create) the one small record that says how the store is protected.
 
@@ -214,6 +258,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         )
         data = self.storage.read(STORE_MARKER_KEY)
         if data is None:
+            # no marker (a new store, or one copied without it): the records themselves
+            # must agree with the key before a marker vouches for it
+            self._check_key_against_records()
+            if not self.reporter.quarantine_enabled:
+                return  # a saver that only looks (quarantine=False) writes nothing
             if self.storage.write(STORE_MARKER_KEY, marker, replace=False):
                 return
             data = self.storage.read(STORE_MARKER_KEY)  # another process made it first
@@ -241,13 +290,16 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             )
         if self.codec.key:
             raise StoreKeyError(
-                f"the key does not match this store's ({reason}). If the key is right and "
-                f"the marker is damaged, delete the marker file and open again",
+                f"the key does not match this store's ({reason}). If you are sure the key is "
+                f"right, the marker may be damaged: move it aside and open again; the key is "
+                f"then checked against the records themselves",
                 store_is_keyed=True,
                 marker=where,
             )
         # an unkeyed marker that does not verify is plain damage: set it aside, write anew
         self.reporter.damaged(STORE_MARKER_KEY, error, data)
+        if not self.reporter.quarantine_enabled:
+            return  # reported; a saver that only looks leaves it as it is
         self.storage.write(STORE_MARKER_KEY, marker, replace=True)
 
     # -- construction ------------------------------------------------------
@@ -1420,8 +1472,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             if key.endswith(regular):
                 raise cannot_use(
                     checkpoint_id,
-                    f"its pending-writes record {self.storage.location(key)} is left out: "
-                    f"{reason}",
+                    f"its pending-writes record {self.storage.location(key)} is left out: {reason}",
                 )
         found.sort(key=lambda item: item[0])
         return [write for _, write in found]

@@ -564,3 +564,15 @@ def test_runs_as_a_real_process(store: Path, tmp_path: Path) -> None:
     assert usage.returncode == 0
     for command in ("inspect", "verify", "repair", "diff", "export", "migrate"):
         assert command in usage.stdout
+
+
+def test_looking_at_a_store_writes_nothing_even_a_damaged_marker(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = store / "store.marker"
+    damaged = marker.read_bytes()[:-1] + b"?"
+    marker.write_bytes(damaged)
+    for command in ("inspect", "verify"):
+        run(capsys, command, store)
+        assert marker.read_bytes() == damaged
+    assert not (store / "quarantine").exists()

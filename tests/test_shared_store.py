@@ -79,3 +79,24 @@ def test_a_damaged_marker_of_a_plain_store_is_set_aside_and_rewritten(tmp_path):
     assert saver.get_tuple(generate_config("t")).checkpoint["channel_values"]["n"] == 1
     VerifiedSaver(store)  # the new marker verifies
     assert saver.stats.quarantined_records == 1
+
+
+def test_a_keyed_store_without_its_marker_is_checked_against_its_records(tmp_path):
+    """A copy of threads/ without store.marker must not be opened with the wrong key
+    (which would take every record for damage and quarantine the store)."""
+    from langgraph_checkpoint_verified import StoreKeyError
+
+    key = b"k" * 32
+    store = tmp_path / "store"
+    VerifiedSaver(store, key=key).put(generate_config("t"), checkpoint(1), {}, {"big": 1, "n": 1})
+    (store / "store.marker").unlink()
+
+    with pytest.raises(StoreKeyError, match="written with a key"):
+        VerifiedSaver(store)
+    with pytest.raises(StoreKeyError, match="does not verify"):
+        VerifiedSaver(store, key=b"x" * 32)
+    assert not (store / "store.marker").exists()
+    assert not (store / "quarantine").exists()
+    saver = VerifiedSaver(store, key=key)
+    assert saver.get_tuple(generate_config("t")).checkpoint["channel_values"]["n"] == 1
+    assert (store / "store.marker").exists()

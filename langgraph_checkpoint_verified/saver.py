@@ -194,8 +194,6 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         )
         self._lock = threading.Lock()
         self._closed = False
-        # memory needs no worker thread: nothing there can block the loop on I/O
-        self._offload = not isinstance(self.storage, MemoryStorage)
         self._check_store_marker()
 
     def _check_key_against_records(self, sample: int = 3) -> None:
@@ -1529,9 +1527,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
     # -- async twins ---------------------------------------------------------
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if self._offload:
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        return fn(*args, **kwargs)
+        # Every backend, memory included: serializing, compressing and hashing a
+        # large state is CPU work that would otherwise stall the event loop.
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async twin of ``get_tuple``."""

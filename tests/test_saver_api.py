@@ -280,3 +280,29 @@ def test_quarantine_never_puts_back_over_a_newer_record(tmp_path, backend):
 
     assert len(moves) == 2  # the quarantine move and the refused put-back
     assert [w[2] for w in saver.get_tuple(config).pending_writes] == ["R3"]
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_async_methods_run_off_the_event_loop(tmp_path, backend):
+    """The event loop's thread never does the saver's work, whatever the backend."""
+    import asyncio
+    import threading
+
+    saver = VerifiedSaver(tmp_path / "s") if backend == "files" else VerifiedSaver.in_memory()
+    worker_threads = set()
+    real_read = saver.storage.read
+
+    def recording_read(key):
+        worker_threads.add(threading.get_ident())
+        return real_read(key)
+
+    saver.storage.read = recording_read
+
+    async def main() -> int:
+        config = await saver.aput(generate_config("t"), generate_checkpoint(), {}, {})
+        assert await saver.aget_tuple(config) is not None
+        assert [t async for t in saver.alist(generate_config("t"))]
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert worker_threads and loop_thread not in worker_threads

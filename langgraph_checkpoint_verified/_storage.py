@@ -8,9 +8,11 @@ segments that ``_keys`` has already made safe.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import secrets
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -161,7 +163,7 @@ class FileStorage:
         """A new, uniquely named file in ``directory`` (made if missing), open for writing."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         self._ensure_dir(directory, sync=sync)
-        temp = f"{directory}/{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+        temp = f"{directory}/{TEMP_PREFIX}{os.getpid()}-{_PID_SPACE}-{secrets.token_hex(8)}"
         try:
             return temp, os.open(temp, flags, _FILE_MODE)
         except FileNotFoundError:
@@ -519,11 +521,26 @@ def _remove_quietly(path: str) -> None:
 _ABANDONED_AFTER_SECONDS = 3600.0
 
 
-def _remove_if_abandoned(path: str) -> None:
-    rest = os.path.basename(path)[len(TEMP_PREFIX) :]
-    pid_text = rest.split("-", 1)[0]
+def _pid_space() -> str:
+    """Names the set of processes whose pids this process can check: the host and
+    its pid namespace. Another container or host sharing the store has another."""
     try:
-        if pid_text.isdigit():
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    material = f"{socket.gethostname()}\0{namespace}".encode()
+    return hashlib.sha256(material).hexdigest()[:8]
+
+
+_PID_SPACE = _pid_space()
+
+
+def _remove_if_abandoned(path: str) -> None:
+    # name: .tmp-<pid>-<pid space>-<random>; a pid is only checked in its own space
+    pid_text, _, rest = os.path.basename(path)[len(TEMP_PREFIX) :].partition("-")
+    space = rest.partition("-")[0]
+    try:
+        if pid_text.isdigit() and space == _PID_SPACE:
             pid = int(pid_text)
             if pid == os.getpid() or _process_alive(pid):
                 return

@@ -306,3 +306,20 @@ def test_async_methods_run_off_the_event_loop(tmp_path, backend):
 
     loop_thread = asyncio.run(main())
     assert worker_threads and loop_thread not in worker_threads
+
+
+def test_temp_files_of_another_host_or_container_are_judged_by_age(tmp_path):
+    """A pid from another pid namespace (container, host) says nothing here."""
+    import time
+
+    saver = VerifiedSaver(tmp_path / "s")
+    (config,) = put_chain(saver, "t", 1)
+    directory = tmp_path / "s" / checkpoints_prefix("t", "")
+    foreign = directory / f"{TEMP_PREFIX}999999-0badc0de-inflight"
+    foreign.write_bytes(b"a write in progress elsewhere")
+    assert saver.get_tuple(generate_config("t")).config == config
+    assert foreign.exists()
+    old = time.time() - 2 * 3600
+    os.utime(foreign, (old, old))
+    saver.get_tuple(generate_config("t"))
+    assert not foreign.exists()

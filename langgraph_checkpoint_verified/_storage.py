@@ -35,7 +35,7 @@ _FILE_MODE = 0o600
 
 @runtime_checkable
 class Storage(Protocol):
-    """The five operations a record store must offer."""
+    """What a record store must offer: whole immutable records, written, read, listed and removed by key."""
 
     def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         """Store ``data`` under ``key`` atomically and durably.

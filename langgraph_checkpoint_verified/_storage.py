@@ -35,7 +35,10 @@ _FILE_MODE = 0o600
 
 @runtime_checkable
 class Storage(Protocol):
-    """What a record store must offer: whole immutable records, written, read, listed and removed by key."""
+    """What a record store offers: whole records, written, read, listed and removed by key.
+
+    ``FileStorage`` and ``MemoryStorage`` implement it; an object store could.
+    """
 
     def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         """Store ``data`` under ``key`` atomically and durably.

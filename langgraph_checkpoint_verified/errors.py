@@ -31,25 +31,40 @@ class RecordDamagedError(VerifiedSaverError):
 
 
 class CheckpointDamagedError(VerifiedSaverError):
-    """Raised in ``strict`` mode when a requested checkpoint does not verify.
+    """A checkpoint that must be read exactly does not verify.
+
+    Raised in ``strict`` mode when a requested checkpoint does not verify, and
+    always when a ``DeltaChannel``'s history runs through a checkpoint (or a
+    pending-writes record) that cannot be used: there is no fallback then.
 
     Attributes:
         thread_id: Thread of the checkpoint.
         checkpoint_ns: Namespace of the checkpoint.
-        checkpoint_id: The requested checkpoint.
+        checkpoint_id: The checkpoint that cannot be used.
         reason: What failed, and in which record.
     """
 
-    def __init__(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, reason: str):
+    def __init__(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        reason: str,
+        *,
+        advice: str | None = None,
+    ):
         self.thread_id = thread_id
         self.checkpoint_ns = checkpoint_ns
         self.checkpoint_id = checkpoint_id
         self.reason = reason
+        if advice is None:
+            advice = (
+                "Without strict=True the saver falls back to the nearest ancestor that "
+                "verifies; run `langgraph-verified verify` on the store for a full report."
+            )
         super().__init__(
             f"checkpoint {checkpoint_id!r} of thread {thread_id!r} (namespace "
-            f"{checkpoint_ns!r}) does not verify: {reason}. Without strict=True the saver "
-            f"falls back to the nearest ancestor that verifies; run "
-            f"`langgraph-verified verify` on the store for a full report."
+            f"{checkpoint_ns!r}) does not verify: {reason}. {advice}"
         )
 
 

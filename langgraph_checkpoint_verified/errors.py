@@ -14,9 +14,22 @@ class VerifiedSaverError(Exception):
 class RecordDamagedError(VerifiedSaverError):
     """A stored record failed verification.
 
+    The read paths of ``VerifiedSaver`` never raise it: they report the damage
+    (as a ``Damage``) and fall back. It reaches callers that decode records
+    themselves.
+
     Attributes:
         reason: Which check failed, e.g. ``"record checksum mismatch"``.
         location: Where the record lives (a file path or a memory key), when known.
+
+    Example:
+        >>> from langgraph_checkpoint_verified._format import Codec, RecordKind
+        >>> record = Codec().encode(RecordKind.WRITES, {"thread_id": "t"}, b"payload")
+        >>> try:
+        ...     Codec().decode(record[:-1] + b"?", RecordKind.WRITES, {"thread_id": "t"})
+        ... except RecordDamagedError as error:
+        ...     print(error.reason)
+        record checksum mismatch
     """
 
     def __init__(self, reason: str, *, location: str | None = None) -> None:
@@ -24,10 +37,6 @@ class RecordDamagedError(VerifiedSaverError):
         self.location = location
         where = f" at {location}" if location else ""
         super().__init__(f"damaged record{where}: {reason}")
-
-    def at(self, location: str) -> RecordDamagedError:
-        """The same error, naming where the record lives."""
-        return RecordDamagedError(self.reason, location=location)
 
 
 class CheckpointDamagedError(VerifiedSaverError):

@@ -891,9 +891,12 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
     ) -> None:
         """Store a task's writes durably, linked to the checkpoint in ``config``.
 
-        Regular writes of a task are stored once (a repeated call is a no-op,
-        as in ``InMemorySaver``); special writes (errors, interrupts, resume
-        values) replace the previous one of the same kind.
+        A regular write is stored once per ``(task_id, index)``, as in
+        ``InMemorySaver`` and ``SqliteSaver``: a repeated call keeps the writes
+        already stored and adds only those at new indices (LangGraph saves the
+        null task's writes again with the new ones appended). Special writes
+        (errors, interrupts, resume values) replace the previous one of the
+        same kind.
         """
         self._check_open()
         thread_id, checkpoint_ns, checkpoint_id = _config_parts(config)
@@ -915,6 +918,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             else:
                 batches.setdefault(NORMAL_WRITES_SLOT, []).append((idx, channel, typed))
         for slot, batch in batches.items():
+            key = _keys.writes_key(thread_id, checkpoint_ns, checkpoint_id, task_id, slot)
             record = WritesRecord(
                 thread_id=thread_id,
                 checkpoint_ns=checkpoint_ns,
@@ -924,11 +928,19 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 task_path=task_path,
                 writes=batch,
             )
-            self.storage.write(
-                _keys.writes_key(thread_id, checkpoint_ns, checkpoint_id, task_id, slot),
-                encode_writes(self.codec, record),
-                replace=slot != NORMAL_WRITES_SLOT,
-            )
+            replace = slot != NORMAL_WRITES_SLOT
+            if self.storage.write(key, encode_writes(self.codec, record), replace=replace):
+                continue
+            # the task's regular writes are stored already: keep them, add the new indices
+            stored = self._read_writes(key, thread_id, checkpoint_ns, checkpoint_id)
+            if stored is not None:
+                known = {idx for idx, _, _ in stored.writes}
+                added = [write for write in batch if write[0] not in known]
+                if not added:
+                    continue  # a retried call: everything is stored already
+                record.writes = stored.writes + added
+                record.task_path = stored.task_path
+            self.storage.write(key, encode_writes(self.codec, record))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions as ``InMemorySaver`` makes them: a zero-padded counter and a random tail."""

@@ -376,6 +376,20 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         does is returned (its own id in ``config``), unless ``strict=True``.
         Returns ``None`` when nothing verifies, so the graph starts from step 0.
         Damage never raises here (except in strict mode).
+
+        Example:
+            >>> saver = VerifiedSaver.in_memory()
+            >>> config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            >>> for n in (1, 2):
+            ...     checkpoint = {"v": 1, "id": f"{n}", "ts": "", "channel_values": {"n": n},
+            ...                   "channel_versions": {"n": n}, "versions_seen": {}}
+            ...     config = saver.put(config, checkpoint, {"step": n}, {"n": n})
+            >>> saver.get_tuple({"configurable": {"thread_id": "t"}}).checkpoint["channel_values"]
+            {'n': 2}
+            >>> newest = "threads/t/ns/~/checkpoints/2.ckpt"
+            >>> saver.storage.records[newest] = saver.storage.records[newest][:-1] + b"?"
+            >>> saver.get_tuple(config).config["configurable"]["checkpoint_id"]  # its parent
+            '1'
         """
         self._check_open()
         thread_id, checkpoint_ns, checkpoint_id = _config_parts(config)
@@ -400,6 +414,18 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             filter: Metadata key/values that must all match.
             before: Only checkpoints older than this config's ``checkpoint_id``.
             limit: At most this many (counted after verification).
+
+        Example:
+            >>> saver = VerifiedSaver.in_memory()
+            >>> config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            >>> for n in (1, 2, 3):
+            ...     checkpoint = {"v": 1, "id": f"{n}", "ts": "", "channel_values": {},
+            ...                   "channel_versions": {}, "versions_seen": {}}
+            ...     config = saver.put(config, checkpoint, {"step": n}, {})
+            >>> [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "t"}})]
+            [3, 2, 1]
+            >>> [t.metadata["step"] for t in saver.list(None, filter={"step": 2})]
+            [2]
         """
         self._check_open()
         if limit is not None and limit <= 0:
@@ -1207,6 +1233,15 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         """Copy every verified record of a thread (checkpoints, writes, tool records) to another.
 
         Damaged records are not copied; they are reported and quarantined.
+
+        Example:
+            >>> saver = VerifiedSaver.in_memory()
+            >>> checkpoint = {"v": 1, "id": "1", "ts": "", "channel_values": {"x": 1},
+            ...               "channel_versions": {"x": 1}, "versions_seen": {}}
+            >>> _ = saver.put({"configurable": {"thread_id": "a"}}, checkpoint, {}, {"x": 1})
+            >>> saver.copy_thread("a", "b")
+            >>> saver.get_tuple({"configurable": {"thread_id": "b"}}).checkpoint["channel_values"]
+            {'x': 1}
         """
         self._check_open()
         source = _keys.as_thread_id(source_thread_id)
@@ -1519,6 +1554,16 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         Returns:
             A ``VerifyReport`` naming each damaged record and each checkpoint it
             makes unusable.
+
+        Example:
+            >>> saver = VerifiedSaver.in_memory()
+            >>> checkpoint = {"v": 1, "id": "1", "ts": "", "channel_values": {},
+            ...               "channel_versions": {}, "versions_seen": {}}
+            >>> _ = saver.put({"configurable": {"thread_id": "t"}}, checkpoint, {}, {})
+            >>> saver.storage.records["threads/t/ns/~/checkpoints/1.ckpt"] = b"junk"
+            >>> report = saver.verify()
+            >>> report.ok, [d.reason for d in report.damaged]
+            (False, ['record is 4 bytes, shorter than the smallest record (76)'])
         """
         self._check_open()
         prefix = (

@@ -845,8 +845,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         """Store a checkpoint durably; returns the config that names it.
 
         Only channels in ``new_versions`` are stored (inside this checkpoint's
-        own record, one file and one fsync); unchanged channels refer to the
-        record that already holds them.
+        own record: one file per step); unchanged channels refer to the record
+        that already holds them.
         """
         self._check_open()
         thread_id, checkpoint_ns, parent_id = _config_parts(config)

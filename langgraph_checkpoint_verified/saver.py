@@ -943,6 +943,22 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 batches[str(special)] = [(special, channel, typed)]
             else:
                 batches.setdefault(NORMAL_WRITES_SLOT, []).append((idx, channel, typed))
+        # shared, like put: prune and delete_for_runs must not remove a checkpoint's
+        # writes directory while this call writes into it
+        with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=False):
+            self._store_write_batches(
+                thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, batches
+            )
+
+    def _store_write_batches(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        task_id: str,
+        task_path: str,
+        batches: dict[str, builtins.list[tuple[int, str, Typed]]],
+    ) -> None:
         for slot, batch in batches.items():
             key = _keys.writes_key(thread_id, checkpoint_ns, checkpoint_id, task_id, slot)
             record = WritesRecord(

@@ -323,3 +323,33 @@ def test_temp_files_of_another_host_or_container_are_judged_by_age(tmp_path):
     os.utime(foreign, (old, old))
     saver.get_tuple(generate_config("t"))
     assert not foreign.exists()
+
+
+def test_writes_share_the_thread_lock_and_maintenance_takes_it_alone(tmp_path):
+    """put and put_writes hold the thread's lock shared; prune and delete_for_runs hold
+    it exclusively, so they never remove what a write is in the middle of storing."""
+    from contextlib import contextmanager
+
+    from langgraph_checkpoint_verified._keys import thread_prefix
+
+    saver = VerifiedSaver(tmp_path / "s")
+    taken = []
+    real_lock = saver.storage.lock
+
+    @contextmanager
+    def recording_lock(prefix, *, exclusive):
+        taken.append((prefix, exclusive))
+        with real_lock(prefix, exclusive=exclusive):
+            yield
+
+    saver.storage.lock = recording_lock
+    (config,) = put_chain(saver, "t", 1)
+    saver.put_writes(config, [("x", 1)], "task")
+    saver.prune(["t"])
+    saver.delete_for_runs(["no-such-run"])
+    assert taken == [
+        (thread_prefix("t"), False),
+        (thread_prefix("t"), False),
+        (thread_prefix("t"), True),
+        (thread_prefix("t"), True),
+    ]

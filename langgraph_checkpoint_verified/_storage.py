@@ -309,28 +309,46 @@ class FileStorage:
 
     @contextmanager
     def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
-        """An advisory ``flock`` on ``<prefix>/.lock``; it needs no cleanup after a crash."""
+        """An advisory ``flock`` on ``<prefix>/.lock``; it needs no cleanup after a crash.
+
+        ``delete_tree`` renames the directory (lock file included) away, so a lock
+        won on a file no longer at its path is let go and taken again on the
+        current one: whoever waited on a deleted thread's lock then sees the
+        thread as it is now.
+        """
         directory = self._path(prefix)
         lock_path = f"{directory}/{LOCK_NAME}"
-        try:
-            self._ensure_dir(directory, sync=self.fsync)
+        while True:
+            fd = self._open_lock_file(directory, lock_path)
             try:
-                fd = os.open(
-                    lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), _FILE_MODE
-                )
-            except FileNotFoundError:
-                self._forget_dirs()  # removed since we saw it: make it again
-                self._ensure_dir(directory, sync=self.fsync)
-                fd = os.open(
-                    lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), _FILE_MODE
-                )
-        except OSError as exc:
-            raise StoreWriteError(lock_path, exc) from exc
+                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                try:
+                    current = os.stat(lock_path).st_ino
+                except FileNotFoundError:
+                    current = None
+                if current == os.fstat(fd).st_ino:
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # the directory was deleted while we waited: lock its successor
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
         finally:
             os.close(fd)  # closing releases the lock
+
+    def _open_lock_file(self, directory: str, lock_path: str) -> int:
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._ensure_dir(directory, sync=self.fsync)
+            try:
+                return os.open(lock_path, flags, _FILE_MODE)
+            except FileNotFoundError:
+                self._forget_dirs()  # removed since we saw it: make it again
+                self._ensure_dir(directory, sync=self.fsync)
+                return os.open(lock_path, flags, _FILE_MODE)
+        except OSError as exc:
+            raise StoreWriteError(lock_path, exc) from exc
 
     def _path(self, key: str) -> str:
         # keys are built from encoded segments only; this is a second line of defence

@@ -1174,7 +1174,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         """Delete every checkpoint, write and tool record of a thread."""
         self._check_open()
         thread_id = _keys.as_thread_id(thread_id)
-        self.storage.delete_tree(_keys.thread_prefix(thread_id))
+        prefix = _keys.thread_prefix(thread_id)
+        if not self.storage.list(prefix) and self.storage.stamp(prefix) is None:
+            return  # no such thread: do not create one just to lock it
+        # exclusive: a put in progress finishes first; one waiting then finds the
+        # thread gone (the lock follows the directory) and starts it afresh
+        with self.storage.lock(prefix, exclusive=True):
+            self.storage.delete_tree(prefix)
         self._forget_thread(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -1231,13 +1237,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
         for thread_id in thread_ids:
             thread_id = _keys.as_thread_id(thread_id)
-            if strategy == "delete":
-                self.storage.delete_tree(_keys.namespaces_prefix(thread_id))
-                self._forget_thread(thread_id)
-                continue
             if not self.storage.list(_keys.thread_prefix(thread_id)):
                 continue  # no such thread: do not create one just to lock it
             with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=True):
+                if strategy == "delete":
+                    self.storage.delete_tree(_keys.namespaces_prefix(thread_id))
+                    self._forget_thread(thread_id)
+                    continue
                 for checkpoint_ns in self._namespaces(thread_id):
                     latest = self._latest(thread_id, checkpoint_ns, {}, strict=False)
                     records = self._records_of(thread_id, checkpoint_ns)

@@ -347,9 +347,35 @@ def test_writes_share_the_thread_lock_and_maintenance_takes_it_alone(tmp_path):
     saver.put_writes(config, [("x", 1)], "task")
     saver.prune(["t"])
     saver.delete_for_runs(["no-such-run"])
-    assert taken == [
-        (thread_prefix("t"), False),
-        (thread_prefix("t"), False),
-        (thread_prefix("t"), True),
-        (thread_prefix("t"), True),
-    ]
+    saver.prune(["t"], strategy="delete")
+    saver.delete_thread("t")
+    saver.delete_thread("never-written")  # no thread: nothing to lock, nothing made
+    assert taken == [(thread_prefix("t"), False)] * 2 + [(thread_prefix("t"), True)] * 4
+    assert not (tmp_path / "s" / thread_prefix("never-written")).exists()
+
+
+def test_a_lock_won_on_a_deleted_directory_is_taken_again_on_the_new_one(tmp_path, monkeypatch):
+    """delete_thread renames the thread directory, lock file and all, while a put may be
+    waiting on that lock; the waiter must then lock the thread as it is now."""
+    from langgraph_checkpoint_verified import _storage
+    from langgraph_checkpoint_verified._keys import thread_prefix
+
+    saver = VerifiedSaver(tmp_path / "s")
+    put_chain(saver, "t", 1)
+    prefix = thread_prefix("t")
+    real_flock = _storage.fcntl.flock
+    calls = []
+
+    def flock_while_the_thread_is_deleted(fd, operation):
+        calls.append(operation)
+        if len(calls) == 1:
+            saver.storage.delete_tree(prefix)  # what a concurrent delete_thread does
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(_storage.fcntl, "flock", flock_while_the_thread_is_deleted)
+    with saver.storage.lock(prefix, exclusive=False):
+        lock_file = tmp_path / "s" / prefix / _storage.LOCK_NAME
+        assert lock_file.exists()  # the new directory's lock, not the deleted one's
+    assert len(calls) == 2
+    monkeypatch.undo()
+    assert saver.get_tuple(generate_config("t")) is None  # the thread is really gone

@@ -26,6 +26,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, StateSnapshot
 
+from langgraph_checkpoint_verified._steps import arun_steps, run_steps
 from langgraph_checkpoint_verified.errors import ToolOutcomeUnknownError, VerifiedSaverError
 from langgraph_checkpoint_verified.saver import VerifiedSaver
 
@@ -237,31 +238,23 @@ def run_with_recovery(
         >>> result["output"], result["attempts"], result["recovered_from_step"]
         ({'count': 20}, 2, 1)
     """
+
+    def carry_out(step: _Step) -> Any:
+        if isinstance(step, _Invoke):
+            return graph.invoke(step.input, step.config, **invoke_kwargs)
+        if isinstance(step, _GetState):
+            return graph.get_state(step.config)
+        if isinstance(step, _Update):
+            return graph.update_state(step.config, step.update.values, as_node=step.update.as_node)
+        if isinstance(step, _AskHook):
+            assert on_failure is not None
+            return on_failure(step.error, step.state)
+        if isinstance(step, _Wait):
+            return time.sleep(step.seconds)
+        return step.saver._checkpoint_ids(step.thread_id, step.checkpoint_ns)
+
     recovery = _recovery(graph, input, config, max_attempts, retry_on, backoff, on_failure)
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = recovery.throw(error) if error is not None else recovery.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, error = None, None
-        try:
-            if isinstance(step, _Invoke):
-                reply = graph.invoke(step.input, step.config, **invoke_kwargs)
-            elif isinstance(step, _GetState):
-                reply = graph.get_state(step.config)
-            elif isinstance(step, _Update):
-                graph.update_state(step.config, step.update.values, as_node=step.update.as_node)
-            elif isinstance(step, _AskHook):
-                assert on_failure is not None
-                reply = on_failure(step.error, step.state)
-            elif isinstance(step, _Wait):
-                time.sleep(step.seconds)
-            else:
-                reply = step.saver._checkpoint_ids(step.thread_id, step.checkpoint_ns)
-        except BaseException as exc:  # the rules decide what an exception means
-            error = exc
+    return run_steps(recovery, carry_out)
 
 
 async def arun_with_recovery(
@@ -292,37 +285,26 @@ async def arun_with_recovery(
         >>> result["output"], result["attempts"], result["recovered_from_step"]
         ({'count': 2}, 1, None)
     """
+
+    async def carry_out(step: _Step) -> Any:
+        if isinstance(step, _Invoke):
+            return await graph.ainvoke(step.input, step.config, **invoke_kwargs)
+        if isinstance(step, _GetState):
+            return await graph.aget_state(step.config)
+        if isinstance(step, _Update):
+            return await graph.aupdate_state(
+                step.config, step.update.values, as_node=step.update.as_node
+            )
+        if isinstance(step, _AskHook):
+            assert on_failure is not None
+            answer = on_failure(step.error, step.state)
+            return await answer if inspect.isawaitable(answer) else answer
+        if isinstance(step, _Wait):
+            return await asyncio.sleep(step.seconds)
+        return await step.saver._run(step.saver._checkpoint_ids, step.thread_id, step.checkpoint_ns)
+
     recovery = _recovery(graph, input, config, max_attempts, retry_on, backoff, on_failure)
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = recovery.throw(error) if error is not None else recovery.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, error = None, None
-        try:
-            if isinstance(step, _Invoke):
-                reply = await graph.ainvoke(step.input, step.config, **invoke_kwargs)
-            elif isinstance(step, _GetState):
-                reply = await graph.aget_state(step.config)
-            elif isinstance(step, _Update):
-                await graph.aupdate_state(
-                    step.config, step.update.values, as_node=step.update.as_node
-                )
-            elif isinstance(step, _AskHook):
-                assert on_failure is not None
-                reply = on_failure(step.error, step.state)
-                if inspect.isawaitable(reply):
-                    reply = await reply
-            elif isinstance(step, _Wait):
-                await asyncio.sleep(step.seconds)
-            else:
-                reply = await step.saver._run(
-                    step.saver._checkpoint_ids, step.thread_id, step.checkpoint_ns
-                )
-        except BaseException as exc:
-            error = exc
+    return await arun_steps(recovery, carry_out)
 
 
 def _recovery(

@@ -48,6 +48,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolRuntime
 from langgraph.types import interrupt
 
+from langgraph_checkpoint_verified._steps import arun_steps, run_steps
 from langgraph_checkpoint_verified.errors import ToolOutcomeUnknownError
 from langgraph_checkpoint_verified.saver import VerifiedSaver
 
@@ -312,23 +313,13 @@ class VerifiedToolNode(ToolNode):
         input_type: Literal["list", "dict", "tool_calls"],
         tool_runtime: ToolRuntime,
     ) -> Any:
-        policy = self._recorded_call(identity)
-        reply: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = policy.throw(error) if error is not None else policy.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply, error = None, None
-            try:
-                if isinstance(step, _RunTool):
-                    with _idempotency_key_set(identity.idempotency_key):
-                        reply = super()._run_one(call, input_type, tool_runtime)
-                else:
-                    reply = _store_step(identity, step)
-            except BaseException as exc:  # the policy decides what an exception means
-                error = exc
+        def carry_out(step: _Step) -> Any:
+            if isinstance(step, _RunTool):
+                with _idempotency_key_set(identity.idempotency_key):
+                    return super(VerifiedToolNode, self)._run_one(call, input_type, tool_runtime)
+            return _store_step(identity, step)
+
+        return run_steps(self._recorded_call(identity), carry_out)
 
     async def _arun_one(
         self,
@@ -367,24 +358,17 @@ class VerifiedToolNode(ToolNode):
     ) -> Any:
         while (running := _claim(identity)) is not None:
             await asyncio.to_thread(running.wait)
+
+        async def carry_out(step: _Step) -> Any:
+            if isinstance(step, _RunTool):
+                with _idempotency_key_set(identity.idempotency_key):
+                    return await super(VerifiedToolNode, self)._arun_one(
+                        call, input_type, tool_runtime
+                    )
+            return await identity.saver._run(_store_step, identity, step)
+
         try:
-            policy = self._recorded_call(identity)
-            reply: Any = None
-            error: BaseException | None = None
-            while True:
-                try:
-                    step = policy.throw(error) if error is not None else policy.send(reply)
-                except StopIteration as done:
-                    return done.value
-                reply, error = None, None
-                try:
-                    if isinstance(step, _RunTool):
-                        with _idempotency_key_set(identity.idempotency_key):
-                            reply = await super()._arun_one(call, input_type, tool_runtime)
-                    else:
-                        reply = await identity.saver._run(_store_step, identity, step)
-                except BaseException as exc:
-                    error = exc
+            return await arun_steps(self._recorded_call(identity), carry_out)
         finally:
             _release(identity)
 

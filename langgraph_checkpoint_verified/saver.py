@@ -83,6 +83,7 @@ STORE_MARKER_KEY = "store.marker"
 """Key of the record saying whether the store is keyed (checked at open, one read)."""
 
 _REFS_CACHE_SIZE = 4096
+_MAINTENANCE_RETRIES = 8
 _ASYNC_LIST_BATCH = 64
 
 
@@ -578,18 +579,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         metadata_filter: dict[str, Any] | None = None,
     ) -> CheckpointTuple | None:
         """Load one checkpoint completely, or raise ``_Unusable``; ``None`` if absent."""
-        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
-        record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
-        if record is None:
+        found = self._read_with_values(thread_id, checkpoint_ns, checkpoint_id, holders)
+        if found is None:
             return None
+        record, entries = found
         metadata = self.serde.loads_typed(record.metadata)
         if metadata_filter and not all(metadata.get(k) == v for k, v in metadata_filter.items()):
             return None
-        try:
-            entries = self._resolve_values(record, holders)
-        except _Unusable as unusable:
-            # this record verified: its parent is known even though a value is not
-            raise _Unusable(unusable.reason, parent=record.parent_checkpoint_id) from None
         channel_values = {
             ch: self.serde.loads_typed(typed)
             for ch, typed in entries.items()
@@ -610,6 +606,31 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             ),
             pending_writes=self._pending_writes(thread_id, checkpoint_ns, checkpoint_id),
         )
+
+    def _read_with_values(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, holders: dict[str, Any]
+    ) -> tuple[CheckpointRecord, dict[str, Typed]] | None:
+        """A checkpoint's record and every channel's serialized value; ``None`` if absent."""
+        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+        attempts_left = _MAINTENANCE_RETRIES
+        while True:
+            stamp = self.storage.stamp(key)
+            record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
+            if record is None:
+                return None
+            try:
+                return record, self._resolve_values(record, holders)
+            except _Unusable as unusable:
+                # prune and delete_for_runs rewrite a checkpoint to hold its values
+                # itself, then remove the records it used to refer to: a reader that
+                # read it before the rewrite finds a holder gone. That is not damage:
+                # read it again, as it is now.
+                if attempts_left and self.storage.stamp(key) != stamp:
+                    attempts_left -= 1
+                    holders.clear()
+                    continue
+                # this record verified: its parent is known even though a value is not
+                raise _Unusable(unusable.reason, parent=record.parent_checkpoint_id) from None
 
     def _read_checkpoint(
         self, key: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str
@@ -877,19 +898,29 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             else None
         )
         full = parent is None or parent.since_full + 1 >= self.full_snapshot_every
-        parent_refs = {} if full or parent is None else parent.refs
+        parent_refs = parent.refs if parent is not None else {}
+        holders: dict[str, Any] = {}
         values: dict[str, tuple[Any, int, Typed]] = {}
         refs: dict[str, tuple[Any, str]] = {}
         for channel, version in {**checkpoint["channel_versions"], **new_versions}.items():
             inherited = parent_refs.get(channel)
-            if channel not in new_versions and inherited is not None and inherited[0] == version:
+            if channel in new_versions or inherited is None or inherited[0] != version:
+                inherited = None  # a new value, or one the parent does not hold
+            if inherited is not None and not full:
                 refs[channel] = inherited
                 continue
-            typed = (
-                self.serde.dumps_typed(channel_values[channel])
-                if channel in channel_values
-                else (EMPTY_TYPE, b"")
-            )
+            if channel in channel_values:
+                typed = self.serde.dumps_typed(channel_values[channel])
+            elif inherited is not None:
+                # A value the checkpoint has without carrying it in channel_values (a
+                # DeltaChannel's last snapshot): a full record copies it from its holder.
+                found = self._inherited_value(thread_id, checkpoint_ns, inherited, channel, holders)
+                if found is None:
+                    refs[channel] = inherited
+                    continue  # its holder is unusable: never store a guess in its place
+                typed = found
+            else:
+                typed = (EMPTY_TYPE, b"")
             values[channel] = (version, VALUE_FULL, typed)
             refs[channel] = (version, checkpoint_id)
         record = CheckpointRecord(
@@ -943,25 +974,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 batches[str(special)] = [(special, channel, typed)]
             else:
                 batches.setdefault(NORMAL_WRITES_SLOT, []).append((idx, channel, typed))
-        # shared, like put: prune and delete_for_runs must not remove a checkpoint's
-        # writes directory while this call writes into it
-        with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=False):
-            self._store_write_batches(
-                thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, batches
-            )
-
-    def _store_write_batches(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        task_id: str,
-        task_path: str,
-        batches: dict[str, builtins.list[tuple[int, str, Typed]]],
-    ) -> None:
-        for slot, batch in batches.items():
-            key = _keys.writes_key(thread_id, checkpoint_ns, checkpoint_id, task_id, slot)
-            record = WritesRecord(
+        records = [
+            WritesRecord(
                 thread_id=thread_id,
                 checkpoint_ns=checkpoint_ns,
                 checkpoint_id=checkpoint_id,
@@ -970,19 +984,61 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 task_path=task_path,
                 writes=batch,
             )
-            replace = slot != NORMAL_WRITES_SLOT
-            if self.storage.write(key, encode_writes(self.codec, record), replace=replace):
-                continue
-            # the task's regular writes are stored already: keep them, add the new indices
-            stored = self._read_writes(key, thread_id, checkpoint_ns, checkpoint_id)
-            if stored is not None:
-                known = {idx for idx, _, _ in stored.writes}
-                added = [write for write in batch if write[0] not in known]
-                if not added:
-                    continue  # a retried call: everything is stored already
-                record.writes = stored.writes + added
-                record.task_path = stored.task_path
-            self.storage.write(key, encode_writes(self.codec, record))
+            for slot, batch in batches.items()
+        ]
+        thread_lock = _keys.thread_prefix(thread_id)
+        # shared, like put: prune and delete_for_runs must not remove a checkpoint's
+        # writes directory while this call writes into it
+        with self.storage.lock(thread_lock, exclusive=False):
+            to_merge = [record for record in records if not self._store_writes_record(record)]
+        if to_merge:
+            # Adding to a task's stored writes is read, merge, rewrite: two callers
+            # doing it at once would each rewrite without the other's additions.
+            # Alone (exclusive), each merge sees the one before it.
+            with self.storage.lock(thread_lock, exclusive=True):
+                for record in to_merge:
+                    self._merge_writes_record(record)
+
+    def _store_writes_record(self, record: WritesRecord) -> bool:
+        """Store a batch; ``False`` if the task's regular writes exist and must be merged."""
+        key = _keys.writes_key(*_writes_owner(record), record.task_id, record.slot)
+        replace = record.slot != NORMAL_WRITES_SLOT
+        return self.storage.write(key, encode_writes(self.codec, record), replace=replace)
+
+    def _merge_writes_record(self, record: WritesRecord) -> None:
+        """Keep the regular writes already stored for the task and add those at new indices."""
+        key = _keys.writes_key(*_writes_owner(record), record.task_id, record.slot)
+        stored = self._read_writes(key, *_writes_owner(record))
+        if stored is not None:
+            known = {idx for idx, _, _ in stored.writes}
+            added = [write for write in record.writes if write[0] not in known]
+            if not added:
+                return  # a retried call: everything is stored already
+            record.writes = stored.writes + added
+            record.task_path = stored.task_path
+        self.storage.write(key, encode_writes(self.codec, record))
+
+    def _inherited_value(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        ref: tuple[Any, str],
+        channel: str,
+        holders: dict[str, Any],
+    ) -> Typed | None:
+        """The serialized value ``ref`` points to, or ``None`` if its holder is unusable."""
+        version, holder_id = ref
+        if holder_id not in holders:
+            key = _keys.checkpoint_key(thread_id, checkpoint_ns, holder_id)
+            try:
+                holder = self._read_checkpoint(key, thread_id, checkpoint_ns, holder_id)
+            except _Unusable:
+                holder = None
+            holders[holder_id] = holder.values if holder is not None else {}
+        stored = holders[holder_id].get(channel)
+        if stored is None or stored[0] != version:
+            return None
+        return stored[2]  # type: ignore[no-any-return]
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions as ``InMemorySaver`` makes them: a zero-padded counter and a random tail."""
@@ -1720,6 +1776,10 @@ def _config_parts(config: RunnableConfig) -> tuple[str, str, str | None]:
     if checkpoint_id is not None:
         _keys.require_text(checkpoint_id, "checkpoint_id")
     return thread_id, checkpoint_ns, checkpoint_id
+
+
+def _writes_owner(record: WritesRecord) -> tuple[str, str, str]:
+    return record.thread_id, record.checkpoint_ns, record.checkpoint_id
 
 
 def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:

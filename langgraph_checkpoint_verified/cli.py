@@ -25,11 +25,12 @@ import os
 import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple, SerializerProtocol
 
 from langgraph_checkpoint_verified._storage import QUARANTINE_PREFIX
 from langgraph_checkpoint_verified.errors import StoreKeyError, VerifiedSaverError
@@ -696,6 +697,7 @@ def _migrate(args: argparse.Namespace) -> int:
         for item in sqlite_saver.list(None):
             key = (str(item.config["configurable"]["thread_id"]), _namespace(item))
             groups.setdefault(key, []).append(item)
+        pending = _sqlite_pending_writes(conn, sqlite_saver.serde)
     except sqlite3.DatabaseError as exc:
         raise CommandError(f"cannot read {source}: {exc}") from None
     finally:
@@ -718,12 +720,9 @@ def _migrate(args: argparse.Namespace) -> int:
                 config, item.checkpoint, item.metadata, dict(item.checkpoint["channel_versions"])
             )
             checkpoints += 1
-            by_task: dict[str, list[tuple[str, Any]]] = {}
-            for task_id, channel, value in item.pending_writes or ():
-                by_task.setdefault(task_id, []).append((channel, value))
-            for task_id, task_writes in by_task.items():
-                saver.put_writes(stored, task_writes, task_id)
-                writes += len(task_writes)
+            tasks = pending.get((thread_id, checkpoint_ns, _checkpoint_id(item)), {})
+            for task_id, task in sorted(tasks.items()):
+                writes += _copy_task_writes(saver, stored, task_id, task)
     threads = len({thread for thread, _ in groups})
     print(
         f"migrated {threads} thread(s), {checkpoints} checkpoint(s) and {writes} pending "
@@ -733,6 +732,61 @@ def _migrate(args: argparse.Namespace) -> int:
         report = saver.verify(progress=progress)
     _print_report(saver, report)
     return EXIT_OK if report.ok else EXIT_DAMAGED
+
+
+@dataclass
+class _SqliteTaskWrites:
+    """One task's rows of a SqliteSaver ``writes`` table at one checkpoint."""
+
+    task_path: str
+    rows: list[tuple[int, str, Any]] = field(default_factory=list)  # (idx, channel, value)
+
+
+def _sqlite_pending_writes(
+    conn: sqlite3.Connection, serde: SerializerProtocol
+) -> dict[tuple[str, str, str], dict[str, _SqliteTaskWrites]]:
+    """Every row of a SqliteSaver ``writes`` table, by checkpoint, then by task id.
+
+    Read from the table rather than taken from ``SqliteSaver.list``, which returns
+    pending writes without their ``task_path``: LangGraph orders a step's writes by
+    ``task_path`` first (``writes_sort_key``), so a copy without it would replay the
+    writes of parallel branches to an order-sensitive channel (a ``DeltaChannel``) in
+    task-id order, a different value from the one the run produced.
+    """
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(writes)")}
+    # a database written before SqliteSaver stored task_path reads as '', as SqliteSaver
+    # itself reads it
+    task_path = "task_path" if "task_path" in columns else "''"
+    rows = conn.execute(
+        "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, "
+        f"{task_path}, idx, channel, type, value FROM writes"
+    )
+    found: dict[tuple[str, str, str], dict[str, _SqliteTaskWrites]] = {}
+    for thread_id, checkpoint_ns, checkpoint_id, task_id, path, idx, channel, type_, value in rows:
+        tasks = found.setdefault((str(thread_id), checkpoint_ns, checkpoint_id), {})
+        task = tasks.setdefault(task_id, _SqliteTaskWrites(task_path=path))
+        task.rows.append((idx, channel, serde.loads_typed((type_, value))))
+    return found
+
+
+def _copy_task_writes(
+    saver: VerifiedSaver, config: RunnableConfig, task_id: str, task: _SqliteTaskWrites
+) -> int:
+    """Store one task's writes with its ``task_path``; returns how many were copied.
+
+    ``put_writes`` numbers regular writes by their position in one call and special
+    ones (errors, interrupts, resume values) by their kind, so the regular writes go
+    in one call in SQLite's ``idx`` order (keeping their indices), each special write
+    in a call of its own.
+    """
+    ordered = sorted(task.rows, key=lambda row: row[0])
+    regular = [(channel, value) for _, channel, value in ordered if channel not in WRITES_IDX_MAP]
+    if regular:
+        saver.put_writes(config, regular, task_id, task.task_path)
+    for _, channel, value in ordered:
+        if channel in WRITES_IDX_MAP:
+            saver.put_writes(config, [(channel, value)], task_id, task.task_path)
+    return len(ordered)
 
 
 # -- output helpers ----------------------------------------------------------------

@@ -683,6 +683,8 @@ class FaultFS:
     def _describe(self, op: _DirOp) -> str:
         def name(link: tuple[_Node, str]) -> str:
             where = self._path_of(link[0])
+            if where is None:
+                return f"<removed directory>/{link[1]}"
             return f"{where}/{link[1]}" if where else link[1]
 
         if op.source is None and op.target is not None:

@@ -1,0 +1,188 @@
+"""What one ``put`` and one ``put_writes`` cost in syscalls, on a warm thread of a real graph.
+
+``faultfs.FaultFS.counting`` records every ``os`` call that changes the store; each
+``put`` and ``put_writes`` of ``VerifiedSaver(path)`` is measured in the thread that
+makes it, so LangGraph's background threads do not mix their calls up. A first run of
+the graph warms the thread up (its directories and lock file exist from then on); every
+call of the second run must cost exactly the figures below.
+
+They are today's: one file per record, written to a temp file, fsynced, renamed (or
+linked, for the first-writer-wins writes record) and its directory fsynced; the writes of
+each checkpoint get a directory of their own, made durable by an fsync of its parent. An
+append-only log per thread aims at 1 sync, 0 renames and 0 new files per call: change
+these constants when it lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faultfs import FaultFS, Tally
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_verified import VerifiedSaver
+
+# put: the checkpoint's record, fsynced, renamed into place, its directory fsynced
+SYNCS_PER_PUT = 2
+DIR_SYNCS_PER_PUT = 1
+RENAMES_PER_PUT = 1
+LINKS_PER_PUT = 0
+NEW_FILES_PER_PUT = 1  # the temp file
+NEW_DIRS_PER_PUT = 0
+
+# put_writes: a new writes/<checkpoint> directory (its parent fsynced), then the record,
+# fsynced, linked into place (first writer wins), its directory fsynced
+SYNCS_PER_PUT_WRITES = 3
+DIR_SYNCS_PER_PUT_WRITES = 2
+RENAMES_PER_PUT_WRITES = 0
+LINKS_PER_PUT_WRITES = 1
+NEW_FILES_PER_PUT_WRITES = 1  # the temp file
+NEW_DIRS_PER_PUT_WRITES = 1
+
+EXPECTED = {
+    "put": {
+        "syncs": SYNCS_PER_PUT,
+        "dir_syncs": DIR_SYNCS_PER_PUT,
+        "renames": RENAMES_PER_PUT,
+        "links": LINKS_PER_PUT,
+        "new_files": NEW_FILES_PER_PUT,
+        "new_dirs": NEW_DIRS_PER_PUT,
+    },
+    "put_writes": {
+        "syncs": SYNCS_PER_PUT_WRITES,
+        "dir_syncs": DIR_SYNCS_PER_PUT_WRITES,
+        "renames": RENAMES_PER_PUT_WRITES,
+        "links": LINKS_PER_PUT_WRITES,
+        "new_files": NEW_FILES_PER_PUT_WRITES,
+        "new_dirs": NEW_DIRS_PER_PUT_WRITES,
+    },
+}
+
+STEPS_PER_RUN = 6
+
+
+class Loop(TypedDict):
+    count: int
+
+
+def build_graph(saver: VerifiedSaver) -> Any:
+    """One node that runs ``STEPS_PER_RUN`` times per run: a ``put_writes`` and a ``put`` each."""
+
+    def step(state: Loop) -> dict:
+        return {"count": state["count"] + 1}
+
+    builder = StateGraph(Loop)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges(
+        "step", lambda state: "step" if state["count"] % STEPS_PER_RUN else END
+    )
+    return builder.compile(checkpointer=saver)
+
+
+class CountingSaver(VerifiedSaver):
+    """Measures each ``put`` and ``put_writes`` in the thread that makes it."""
+
+    def __init__(self, path: Path, disk: FaultFS, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.disk = disk
+        self.costs: list[tuple[str, dict[str, int]]] = []
+        self.measuring = False
+
+    def _measured(self, method: str, call: Any) -> Any:
+        with self.disk.capture() as ops:
+            result = call()
+        if self.measuring:
+            self.costs.append((method, cost(Tally.of(ops))))
+        return result
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        return self._measured(
+            "put",
+            lambda: super(CountingSaver, self).put(config, checkpoint, metadata, new_versions),
+        )
+
+    def put_writes(self, config, writes, task_id, task_path=""):
+        return self._measured(
+            "put_writes",
+            lambda: super(CountingSaver, self).put_writes(config, writes, task_id, task_path),
+        )
+
+
+def cost(tally: Tally) -> dict[str, int]:
+    return {
+        "syncs": tally.syncs,
+        "dir_syncs": tally.dir_syncs,
+        "renames": tally.renames,
+        "links": tally.links,
+        "new_files": tally.new_files,
+        "new_dirs": tally.new_dirs,
+    }
+
+
+def steady_state_costs(root: Path, *, fsync: bool, api: str) -> list[tuple[str, dict[str, int]]]:
+    """The cost of every call of a second run of the graph on one thread."""
+    root.mkdir()
+    with FaultFS.counting(root) as disk:
+        saver = CountingSaver(root, disk, fsync=fsync)
+        graph = build_graph(saver)
+        config = {"configurable": {"thread_id": "warm"}}
+        for run in range(2):
+            saver.measuring = run == 1  # the first run makes the thread's directories
+            if api == "sync":
+                graph.invoke({"count": 0}, config)
+            else:
+                asyncio.run(graph.ainvoke({"count": 0}, config))
+    assert not disk.unmodelled
+    assert graph.get_state(config).values == {"count": STEPS_PER_RUN}
+    methods = [method for method, _ in saver.costs]
+    # the input checkpoint and one per step; the input's writes and each step's
+    assert methods.count("put") == STEPS_PER_RUN + 2, methods
+    assert methods.count("put_writes") == STEPS_PER_RUN + 1, methods
+    return saver.costs
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_each_put_and_put_writes_on_a_warm_thread_costs_the_same(tmp_path, api):
+    costs = steady_state_costs(tmp_path / "store", fsync=True, api=api)
+    for method, measured in costs:
+        assert measured == EXPECTED[method], f"{method}: measured {measured}"
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_without_fsync_nothing_is_synced_and_the_rest_is_the_same(tmp_path, api):
+    costs = steady_state_costs(tmp_path / "store", fsync=False, api=api)
+    for method, measured in costs:
+        assert measured["syncs"] == 0, f"{method}: measured {measured}"
+        assert measured["dir_syncs"] == 0
+        without_syncs = {**EXPECTED[method], "syncs": 0, "dir_syncs": 0}
+        assert measured == without_syncs, f"{method}: measured {measured}"
+
+
+def test_the_counts_see_the_calls_the_saver_makes(tmp_path):
+    # the counter is not blind: a put on a new thread costs more (its directories and lock
+    # file), and every operation is made by the thread that called put
+    root = tmp_path / "store"
+    root.mkdir()
+    with FaultFS.counting(root) as disk:
+        saver = VerifiedSaver(root)
+        checkpoint = {
+            "v": 1,
+            "id": "1",
+            "ts": "",
+            "channel_values": {"x": 1},
+            "channel_versions": {"x": 1},
+            "versions_seen": {},
+        }
+        with disk.capture() as ops:
+            saver.put({"configurable": {"thread_id": "new"}}, checkpoint, {}, {"x": 1})
+    first = Tally.of(ops)
+    assert first.new_dirs > 0 and first.dir_syncs > DIR_SYNCS_PER_PUT
+    assert first.new_files == NEW_FILES_PER_PUT + 1  # the thread's lock file
+    assert ops == disk.ops[-len(ops) :]  # after the ones opening the store made
+    assert {op.thread for op in ops} == {threading.get_ident()}

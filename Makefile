@@ -16,7 +16,7 @@ $(STAMP_BASE): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_TEST): pyproject.toml $(STAMP_BASE)
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs,server]'
 	touch $@
 
 demo: $(STAMP_BASE)

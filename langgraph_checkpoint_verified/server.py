@@ -1,0 +1,134 @@
+"""``VerifiedSaver`` behind the LangGraph server (``langgraph dev``, ``langgraph up``).
+
+The server loads a custom checkpointer from ``langgraph.json``::
+
+    {
+      "graphs": {"agent": "./agent.py:graph"},
+      "checkpointer": {"path": "langgraph_checkpoint_verified.server.checkpointer"}
+    }
+
+and enters what ``path`` names as an async context manager: ``checkpointer``
+below opens a ``VerifiedSaver`` on the store named by the environment and
+closes it when the server stops. The server enters it once per thread that
+runs graphs, so one process may hold several savers on the same store, which
+the store supports: records are immutable files written atomically, and the
+operations that rewrite a thread take that thread's lock.
+
+Environment:
+
+* ``LANGGRAPH_VERIFIED_STORE``: the store directory, created if missing.
+  Relative paths are relative to the server's working directory. Default:
+  ``.langgraph_verified``.
+* ``LANGGRAPH_VERIFIED_KEY_FILE``: optional; a file holding the store's secret
+  key (16 to 64 raw bytes, as ``langgraph-verified --key-file`` reads it).
+  Records are then checked with keyed MACs and records written without the key
+  are rejected.
+
+See ``docs/server.md`` for the whole story (crashes, limitations).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from langgraph_checkpoint_verified.saver import VerifiedSaver
+
+STORE_ENV = "LANGGRAPH_VERIFIED_STORE"
+"""Environment variable naming the store directory."""
+
+KEY_FILE_ENV = "LANGGRAPH_VERIFIED_KEY_FILE"
+"""Environment variable naming a file that holds the store's secret key."""
+
+DEFAULT_STORE = ".langgraph_verified"
+"""Store directory used when ``LANGGRAPH_VERIFIED_STORE`` is unset or empty."""
+
+logger = logging.getLogger(__name__)
+
+
+def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> VerifiedSaver:
+    """Open the ``VerifiedSaver`` that the environment names (blocking).
+
+    Reads ``LANGGRAPH_VERIFIED_STORE`` (default ``.langgraph_verified``,
+    relative to the working directory) and ``LANGGRAPH_VERIFIED_KEY_FILE``
+    (optional). This touches the disk: call it from a worker thread inside an
+    event loop, as ``checkpointer`` does.
+
+    Args:
+        environ: Where to read the variables; ``os.environ`` by default.
+        **options: Passed on to ``VerifiedSaver`` (``fsync=``,
+            ``on_corruption=``, ``serde=``, ...), for a factory of one's own.
+
+    Returns:
+        An open saver on the store, which is created if missing.
+
+    Raises:
+        ValueError: The key file cannot be read, or holds a key of the wrong
+            length.
+        StoreKeyError: The key does not match the store (keyed store opened
+            without a key, or with another one).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     saver = open_from_env({"LANGGRAPH_VERIFIED_STORE": tmp + "/store"})
+        ...     saver.list({"configurable": {"thread_id": "t"}}).__next__()
+        Traceback (most recent call last):
+        ...
+        StopIteration
+    """
+    env = os.environ if environ is None else environ
+    store = Path(env.get(STORE_ENV) or DEFAULT_STORE).expanduser().resolve()
+    key_file = env.get(KEY_FILE_ENV) or None
+    key = None
+    if key_file is not None:
+        try:
+            key = Path(key_file).expanduser().read_bytes()
+        except OSError as exc:
+            raise ValueError(
+                f"cannot read the key file named by {KEY_FILE_ENV} ({key_file}): "
+                f"{exc.strerror or exc}; fix the path or unset {KEY_FILE_ENV}"
+            ) from None
+    saver = VerifiedSaver(store, key=key, **options)
+    logger.info("VerifiedSaver store: %s (%s)", store, "keyed" if key else "no key")
+    return saver
+
+
+@asynccontextmanager
+async def checkpointer() -> AsyncIterator[VerifiedSaver]:
+    """A ``VerifiedSaver`` for the LangGraph server, configured by the environment.
+
+    Point ``langgraph.json`` at it::
+
+        "checkpointer": {"path": "langgraph_checkpoint_verified.server.checkpointer"}
+
+    Opening happens on a worker thread: the server refuses blocking calls on
+    its event loop, and opening a store reads its marker record. The saver is
+    closed when the server leaves the context.
+
+    Yields:
+        The open ``VerifiedSaver`` (see ``open_from_env`` for the variables).
+
+    Example:
+        >>> import asyncio, os, tempfile
+        >>> async def main(store):
+        ...     os.environ["LANGGRAPH_VERIFIED_STORE"] = store
+        ...     try:
+        ...         async with checkpointer() as saver:
+        ...             return type(saver).__name__, os.path.isdir(store)
+        ...     finally:
+        ...         del os.environ["LANGGRAPH_VERIFIED_STORE"]
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     asyncio.run(main(tmp + "/store"))
+        ('VerifiedSaver', True)
+    """
+    saver = await asyncio.to_thread(open_from_env)
+    try:
+        yield saver
+    finally:
+        saver.close()

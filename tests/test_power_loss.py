@@ -308,8 +308,13 @@ class Findings:
     resurrected: list[Key] = field(default_factory=list)
 
 
-def check_store(root: Path, expected: Expected) -> Findings:
-    """Open the store as a user would after the cut, and compare it with ``expected``."""
+def check_store(root: Path, expected: Expected, continued: set | None = None) -> Findings:
+    """Open the store as a user would after the cut, and compare it with ``expected``.
+
+    ``continued`` collects the states the graph was continued from: a state met again
+    (same newest checkpoint, same pending writes, already checked equal to what was put)
+    would only run the same steps again, so it is not continued twice.
+    """
     findings = Findings()
     problems = findings.problems
     try:
@@ -368,15 +373,25 @@ def check_store(root: Path, expected: Expected) -> Findings:
         return findings  # continuing the graph would only repeat them
 
     for thread_id in ("t", "u"):
-        problems.extend(continue_graph(saver, thread_id))
+        problems.extend(continue_graph(saver, thread_id, continued))
     return findings
 
 
-def continue_graph(saver: VerifiedSaver, thread_id: str) -> list[str]:
+def continue_graph(saver: VerifiedSaver, thread_id: str, continued: set | None) -> list[str]:
     """Resume (or restart) the thread from ``get_tuple`` and check the state it ends with."""
     config = thread_config(thread_id)
     latest = saver.get_tuple(config)
     before = list(latest.checkpoint["channel_values"].get("log", [])) if latest else []
+    if continued is not None:
+        state = (
+            (thread_id, latest.config["configurable"]["checkpoint_id"])
+            + tuple(canonical(latest.pending_writes))
+            if latest
+            else (thread_id,)
+        )
+        if state in continued:
+            return []
+        continued.add(state)
     graph = build_graph(saver)
     pending = graph.get_state(config).next
     try:
@@ -421,6 +436,7 @@ def cut_everywhere(
     deleted checkpoint."""
     failures: list[str] = []
     resurrections = 0
+    continued: set = set()
     for k in range(1, operations + 1):
         root = tmp_path / f"store-{seed}-{k}"
         root.mkdir()
@@ -430,7 +446,7 @@ def cut_everywhere(
             assert disk.power_is_off, f"the workload ended before operation {k}"
             op = disk.ops[k - 1]
             report = disk.cut_power()
-        findings = check_store(root, outcome.expected)
+        findings = check_store(root, outcome.expected, continued)
         resurrections += bool(findings.resurrected)
         if findings.problems:
             failures.append(

@@ -1,14 +1,16 @@
 """Runs a thread of a multi-step graph to its end on a file store; killed at random by
 ``test_crash.py``.
 
-Usage: ``python crash_child.py STORE LOG THREAD_ID GATE``
+Usage: ``python crash_child.py STORE LOG THREAD_ID REPORT_FD``
 
 Every node execution appends ``run <step> <pid>`` to LOG, and every ``put`` that
 returns appends ``put <count> <pid>`` (the checkpoint holding the result of
-step ``<count>`` is acknowledged), each line fsynced before going on. A new
-process resumes the thread from its newest checkpoint. Once the thread is
-finished the child appends ``end`` and waits for the file GATE before
-appending ``done`` and exiting, so the parent's kill never comes too late.
+step ``<count>`` is acknowledged), each line fsynced before going on and then
+written to the pipe REPORT_FD too, so the parent waits for these lines as they
+happen instead of looking for them. A new process resumes the thread from its
+newest checkpoint. Once the thread is finished the child appends ``end`` and
+reads its stdin to the end before appending ``done`` and exiting: the parent
+closes a child's stdin to let it go, or kills it, so the kill never comes too late.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import operator
 import os
 import sys
-import time
 from typing import Annotated
 
 from langgraph.graph import END, START, StateGraph
@@ -33,13 +34,19 @@ class State(TypedDict):
     rare: str
 
 
+REPORT_FD = -1  # set by main: the pipe the parent reads progress from
+
+
 def append_line(log: str, line: str) -> None:
+    data = f"{line} {os.getpid()}\n".encode()
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, f"{line} {os.getpid()}\n".encode())
+        os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+    # only once the line is durable: a line the parent has heard of is in the log
+    os.write(REPORT_FD, data)
 
 
 class LoggingSaver(VerifiedSaver):
@@ -71,7 +78,9 @@ def build(saver: VerifiedSaver, log: str):
     return builder.compile(checkpointer=saver)
 
 
-def main(store: str, log: str, thread_id: str, gate: str) -> None:
+def main(store: str, log: str, thread_id: str, report_fd: str) -> None:
+    global REPORT_FD
+    REPORT_FD = int(report_fd)
     LoggingSaver.log = log
     saver = LoggingSaver(store)
     graph = build(saver, log)
@@ -81,8 +90,7 @@ def main(store: str, log: str, thread_id: str, gate: str) -> None:
     else:
         graph.invoke(None, config, durability="sync")
     append_line(log, "end")
-    while not os.path.exists(gate):
-        time.sleep(0.005)  # waiting to be killed or let go; the parent decides
+    sys.stdin.buffer.read()  # until the parent closes it (lets go) or kills this process
     append_line(log, "done")
 
 

@@ -8,14 +8,18 @@ store with fsync on, and appends to a log, each line fsynced:
   result of step ``n``: that checkpoint is acknowledged.
 
 Several lanes (one store and thread each) run side by side. In each, a child is
-started, the parent waits (polling the log, with a timeout) until a randomly
-chosen number of further lines has appeared, then sends SIGKILL; a new child
-resumes the thread. A child that finishes the thread first logs ``end`` and
-waits to be killed or let go, so every lane has exactly its planned number of
-kills; after the last one the parent lets the next child finish (``done``).
-The kill points come from a fixed seed; where exactly the child is when the
-signal lands (inside a node, a ``put``, an fsync, a rename) varies, which is
-the point.
+started, the parent waits until the child has reported a randomly chosen number
+of further lines, then sends SIGKILL; a new child resumes the thread. A child
+that finishes the thread first logs ``end`` and waits to be killed or let go,
+so every lane has exactly its planned number of kills; after the last one the
+parent lets the next child finish (``done``). The kill points come from a fixed
+seed; where exactly the child is when the signal lands (inside a node, a
+``put``, an fsync, a rename) varies, which is the point.
+
+Every wait ends on an event, never on a clock: each child writes every log
+line, once it is durable, to a pipe of its own as well, and the parent blocks
+on those pipes until one has a line or reaches its end (the child exited). So a
+slow machine makes the test slower, never wrong.
 
 What must hold, per lane:
 
@@ -36,10 +40,10 @@ from __future__ import annotations
 
 import os
 import random
+import selectors
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,19 +55,22 @@ STEPS = 12  # as in crash_child.py
 LANES = 3
 SEED = 20240607
 KILLS_PER_LANE = 7
-TIMEOUT = 60.0
 
 
 @dataclass
 class Lane:
     name: str
     root: Path
-    kill_after: list[int]  # extra log lines to wait for before each kill; empty: never kill
+    kill_after: list[int]  # lines to wait for before each kill; empty: never kill
     process: subprocess.Popen | None = None
-    target: int | None = None
+    reports: int | None = None  # the read end of the current child's report pipe
+    target: int | None = None  # lines the current child reports before it is killed
+    reported: int = 0
+    last_report: bytes = b""
+    pending: bytes = b""  # a report line not complete yet
     kills: int = 0
     finished: bool = False
-    outputs: list[str] = field(default_factory=list)
+    outputs: list[Path] = field(default_factory=list)
 
     @property
     def store(self) -> Path:
@@ -73,10 +80,6 @@ class Lane:
     def log(self) -> Path:
         return self.root / "log"
 
-    @property
-    def gate(self) -> Path:
-        return self.root / "go"
-
     def lines(self) -> list[str]:
         try:
             text = self.log.read_text()
@@ -85,50 +88,80 @@ class Lane:
         # a line being written when the child died is incomplete: it never happened
         return [line for line in text.split("\n")[:-1]]
 
-    def start(self) -> None:
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, str(CHILD), str(self.store), str(self.log), self.name, str(self.gate)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    def start(self, selector: selectors.BaseSelector) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.outputs.append(self.root / f"child-{len(self.outputs)}.out")
+        read_end, write_end = os.pipe()
+        argv = [str(CHILD), str(self.store), str(self.log), self.name, str(write_end)]
+        with self.outputs[-1].open("wb") as output:
+            self.process = subprocess.Popen(
+                [sys.executable, *argv],
+                stdin=subprocess.PIPE,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                pass_fds=(write_end,),
+            )
+        # the child holds the only write end: its exit, or its death, ends the pipe
+        os.close(write_end)
+        self.reports = read_end
+        self.reported, self.last_report, self.pending = 0, b"", b""
         if self.kill_after:
-            self.target = len(self.lines()) + self.kill_after.pop(0)
+            self.target = self.kill_after.pop(0)
         else:
             self.target = None
-            self.root.mkdir(parents=True, exist_ok=True)
-            self.gate.touch()
+            self.process.stdin.close()  # let it go: no kill is planned for this one
+        selector.register(read_end, selectors.EVENT_READ, self)
+
+    def stop_listening(self, selector: selectors.BaseSelector) -> None:
+        selector.unregister(self.reports)
+        os.close(self.reports)
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
+
+    def output(self) -> str:
+        return self.outputs[-1].read_text(errors="replace")
+
+    def on_report(self, selector: selectors.BaseSelector) -> None:
+        """Handle what the child's pipe has: new lines, or its end (the child exited)."""
+        data = os.read(self.reports, 4096)
+        if data:
+            *complete, self.pending = (self.pending + data).split(b"\n")
+            self.reported += len(complete)
+            self.last_report = complete[-1] if complete else self.last_report
+            at_end = self.last_report.startswith(b"end")
+            if self.target is not None and (self.reported >= self.target or at_end):
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+                self.stop_listening(selector)
+                self.kills += 1
+                self.start(selector)
+            return
+        # the pipe ended: the child exited (nothing here kills a child but the code above)
+        self.stop_listening(selector)
+        returncode = self.process.wait()
+        assert returncode == 0, f"{self.name} child failed ({returncode}):\n{self.output()}"
+        lines = self.lines()
+        assert lines and lines[-1].startswith("done"), f"{self.name} exited early"
+        self.finished = True
 
 
 def run_lanes(lanes: list[Lane]) -> None:
     """Drive every lane to ``done``, killing children at their chosen points."""
-    for lane in lanes:
-        lane.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not all(lane.finished for lane in lanes):
-        assert time.monotonic() < deadline, "children did not finish in time"
+    try:
+        with selectors.DefaultSelector() as selector:
+            for lane in lanes:
+                lane.start(selector)
+            while not all(lane.finished for lane in lanes):
+                # no timeout: each wake-up is a child's report or a child's exit
+                for key, _ in selector.select():
+                    key.data.on_report(selector)
+    finally:
+        # after a failed assertion, no child is left waiting for a parent that moved on
         for lane in lanes:
-            if lane.finished:
-                continue
-            lines = lane.lines()
-            returncode = lane.process.poll()
-            at_end = bool(lines) and lines[-1].startswith("end")
-            reached = lane.target is not None and (len(lines) >= lane.target or at_end)
-            if reached and returncode is None:
-                os.kill(lane.process.pid, signal.SIGKILL)
+            if lane.process is not None and lane.process.poll() is None:
+                lane.process.kill()
                 lane.process.wait()
-                lane.outputs.append(lane.process.stdout.read().decode())
-                lane.kills += 1
-                lane.start()
-                continue
-            if returncode is None:
-                continue
-            lane.outputs.append(lane.process.stdout.read().decode())
-            assert returncode == 0, f"{lane.name} child failed:\n{lane.outputs[-1]}"
-            assert lines[-1].startswith("done"), f"{lane.name} exited early"
-            lane.finished = True
-        time.sleep(0.005)  # polling interval, not synchronisation: the log is the signal
 
 
 def check_log(lines: list[str]) -> None:

@@ -31,6 +31,7 @@ Rules, in the order they apply:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import json
@@ -300,7 +301,7 @@ class VerifiedToolNode(ToolNode):
         if identity is None:
             return super()._run_one(call, input_type, tool_runtime)
         while (running := _claim(identity)) is not None:
-            running.wait()
+            running.ended.wait()
         try:
             return self._drive(identity, call, input_type, tool_runtime)
         finally:
@@ -356,8 +357,7 @@ class VerifiedToolNode(ToolNode):
         input_type: Literal["list", "dict", "tool_calls"],
         tool_runtime: ToolRuntime,
     ) -> Any:
-        while (running := _claim(identity)) is not None:
-            await asyncio.to_thread(running.wait)
+        await _aclaim(identity)
 
         async def carry_out(step: _Step) -> Any:
             if isinstance(step, _RunTool):
@@ -497,26 +497,66 @@ class _Failed:
 
 
 # Calls running in this process, so that a retry of one (LangGraph may retry a
-# step while a cancelled task of the failed attempt is still finishing) waits for
-# it and then answers from its record.
-_running: dict[tuple[int, str, str, str], threading.Event] = {}
+# step while a cancelled task of the failed attempt is still finishing) or another
+# run of the same pending call waits for it and then answers from its record.
+class _Running:
+    """One call running in this process, and how its waiters learn that it ended.
+
+    A sync waiter blocks on ``ended`` in its own thread. An async waiter awaits a
+    future of its own event loop, set from whichever thread ends the call: it
+    holds no thread while it waits, so any number of runs can wait at once.
+    """
+
+    def __init__(self) -> None:
+        self.ended = threading.Event()
+        self.async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+
+_running: dict[tuple[int, str, str, str], _Running] = {}
 _running_lock = threading.Lock()
 
 
-def _claim(call: _Call) -> threading.Event | None:
-    """Mark ``call`` as running here; or, if it already is, the event that says it ended."""
-    key = (id(call.saver), call.thread_id, call.checkpoint_ns, call.tool_call_id)
+def _running_key(call: _Call) -> tuple[int, str, str, str]:
+    return (id(call.saver), call.thread_id, call.checkpoint_ns, call.tool_call_id)
+
+
+def _claim(call: _Call) -> _Running | None:
+    """Mark ``call`` as running here; or, if it already is, the entry to wait on."""
+    key = _running_key(call)
     with _running_lock:
         running = _running.get(key)
         if running is None:
-            _running[key] = threading.Event()
+            _running[key] = _Running()
         return running
 
 
+async def _aclaim(call: _Call) -> None:
+    """Mark ``call`` as running here, first waiting (on the event loop) while it runs."""
+    key = _running_key(call)
+    loop = asyncio.get_running_loop()
+    while True:
+        with _running_lock:
+            running = _running.get(key)
+            if running is None:
+                _running[key] = _Running()
+                return
+            ended: asyncio.Future[None] = loop.create_future()
+            running.async_waiters.append((loop, ended))
+        await ended
+
+
 def _release(call: _Call) -> None:
-    key = (id(call.saver), call.thread_id, call.checkpoint_ns, call.tool_call_id)
     with _running_lock:
-        _running.pop(key).set()
+        running = _running.pop(_running_key(call))
+    running.ended.set()
+    for loop, ended in running.async_waiters:
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there
+            loop.call_soon_threadsafe(_set_ended, ended)
+
+
+def _set_ended(ended: asyncio.Future[None]) -> None:
+    if not ended.done():  # a cancelled waiter's future is done already
+        ended.set_result(None)
 
 
 def _store_step(call: _Call, step: _Step) -> Any:

@@ -22,7 +22,7 @@ import os
 import random
 import signal
 import sys
-import time
+import threading
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
@@ -34,7 +34,20 @@ STORE, LOG, SCENARIO, PHASE = sys.argv[1:5]
 THREAD = "crash"
 CONFIG = {"configurable": {"thread_id": THREAD}}
 random.seed(0)
-saver = VerifiedSaver(STORE)
+
+
+class RecordingSaver(VerifiedSaver):
+    """Wakes whoever waits on ``stored`` each time a tool-call record has been written."""
+
+    stored = threading.Condition()
+
+    def put_tool_record(self, *args, **kwargs) -> None:
+        super().put_tool_record(*args, **kwargs)
+        with self.stored:
+            self.stored.notify_all()
+
+
+saver = RecordingSaver(STORE)
 
 
 def side_effect(name: str) -> None:
@@ -44,12 +57,18 @@ def side_effect(name: str) -> None:
         os.fsync(log.fileno())
 
 
-def wait_for_records(*tool_call_ids: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(saver.get_tool_record(THREAD, "tools", i, "result") for i in tool_call_ids):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"records of {tool_call_ids} never appeared")
-        time.sleep(0.01)
+def wait_for_records(*tool_call_ids: str) -> None:
+    """Until the other calls' results are recorded: each record written wakes this up.
+
+    The other calls run on the node's worker threads in this process, so their
+    records are the event itself; no clock decides how long that may take.
+    """
+
+    def all_recorded() -> bool:
+        return all(saver.get_tool_record(THREAD, "tools", i, "result") for i in tool_call_ids)
+
+    with saver.stored:
+        saver.stored.wait_for(all_recorded)
 
 
 def die_here() -> None:

@@ -16,12 +16,32 @@ from langgraph_checkpoint_verified.errors import RecordDamagedError
 
 CONTENT_VERSION = 1
 VALUE_FULL = 0
-"""Encoding of a channel value stored whole. Other numbers are reserved (deltas)."""
+"""Encoding of a channel value stored whole."""
+VALUE_EXTEND = 1
+"""Encoding of a list stored as the items it gained since a base value (see ``_values``)."""
 
 EMPTY_TYPE = "empty"
 """Serializer type tag of a channel that has a version but no value."""
 
 Typed = tuple[str, bytes]
+
+
+@dataclass(frozen=True)
+class StoredValue:
+    """One channel value as a checkpoint record holds it.
+
+    Attributes:
+        version: The channel version it is the value of.
+        encoding: ``VALUE_FULL`` or ``VALUE_EXTEND``.
+        typed: The serialized value, or for ``VALUE_EXTEND`` the items appended.
+        base: For ``VALUE_EXTEND``: (checkpoint id of the record holding the base
+            value, the base's version, how many items the base has).
+    """
+
+    version: Any
+    encoding: int
+    typed: Typed
+    base: tuple[str, Any, int] | None = None
 
 
 @dataclass
@@ -32,7 +52,7 @@ class CheckpointRecord:
         thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id: Its identity.
         checkpoint: The serialized checkpoint without ``channel_values``.
         metadata: The serialized metadata.
-        values: Channel values stored in this record: channel -> (version, encoding, typed).
+        values: Channel values stored in this record, by channel.
         refs: For every channel of the checkpoint: (version, id of the checkpoint
             whose record holds the value).
         since_full: How many checkpoints up the parent chain the nearest one is
@@ -45,7 +65,7 @@ class CheckpointRecord:
     parent_checkpoint_id: str | None
     checkpoint: Typed
     metadata: Typed
-    values: dict[str, tuple[Any, int, Typed]]
+    values: dict[str, StoredValue]
     refs: dict[str, tuple[Any, str]]
     since_full: int = 0
 
@@ -71,10 +91,7 @@ def encode_checkpoint(codec: Codec, record: CheckpointRecord) -> bytes:
         "v": CONTENT_VERSION,
         "checkpoint": list(record.checkpoint),
         "metadata": list(record.metadata),
-        "values": {
-            ch: [version, encoding, typed[0], typed[1]]
-            for ch, (version, encoding, typed) in record.values.items()
-        },
+        "values": {ch: _pack_value(stored) for ch, stored in record.values.items()},
         "refs": {ch: [version, holder] for ch, (version, holder) in record.refs.items()},
         "since_full": record.since_full,
     }
@@ -97,11 +114,7 @@ def decode_checkpoint(
     try:
         if body["v"] != CONTENT_VERSION:
             raise RecordDamagedError(f"unknown checkpoint content version {body['v']!r}")
-        values = {}
-        for ch, (version, encoding, type_, blob) in body["values"].items():
-            if encoding != VALUE_FULL:
-                raise RecordDamagedError(f"value encoding {encoding} is not supported")
-            values[_str(ch)] = (version, encoding, (_str(type_), _bytes(blob)))
+        values = {_str(ch): _unpack_value(packed) for ch, packed in body["values"].items()}
         return CheckpointRecord(
             thread_id=identity["thread_id"],
             checkpoint_ns=identity["checkpoint_ns"],
@@ -117,6 +130,26 @@ def decode_checkpoint(
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RecordDamagedError(f"checkpoint content has an unexpected shape: {exc!r}") from None
+
+
+def _pack_value(stored: StoredValue) -> list[Any]:
+    packed = [stored.version, stored.encoding, stored.typed[0], stored.typed[1]]
+    if stored.base is not None:
+        packed.extend(stored.base)
+    return packed
+
+
+def _unpack_value(packed: Any) -> StoredValue:
+    version, encoding, type_, blob, *base = packed
+    typed = (_str(type_), _bytes(blob))
+    if encoding == VALUE_FULL and not base:
+        return StoredValue(version, VALUE_FULL, typed)
+    if encoding == VALUE_EXTEND and len(base) == 3:
+        holder, base_version, count = base
+        if not isinstance(count, int) or count < 0:
+            raise ValueError(f"base item count {count!r}")
+        return StoredValue(version, VALUE_EXTEND, typed, (_str(holder), base_version, count))
+    raise RecordDamagedError(f"value encoding {encoding} with {len(base)} base fields is unknown")
 
 
 @dataclass

@@ -411,8 +411,11 @@ def verify_store(
                 else checkpoints.get((thread_id, checkpoint_ns, holder_id))
             )
             stored = holder.values.get(channel) if holder is not None else None
-            if stored is not None and stored[0] == version:
-                continue
+            if stored is not None and stored.version == version:
+                broken_base = _broken_base(checkpoints, thread_id, checkpoint_ns, channel, stored)
+                if broken_base is None:
+                    continue
+                holder, holder_id = None, broken_base  # the chain is what is missing
             holder_key = _keys.checkpoint_key(thread_id, checkpoint_ns, holder_id)
             if holder is None and holder_key not in damaged_keys:
                 missing(
@@ -424,6 +427,26 @@ def verify_store(
             )
             break
     return report
+
+
+def _broken_base(
+    checkpoints: dict[tuple[str, str, str], Any],
+    thread_id: str,
+    checkpoint_ns: str,
+    channel: str,
+    stored: Any,
+) -> str | None:
+    """The id of the first base an extended value's chain cannot reach, or ``None``."""
+    seen: set[str] = set()
+    while stored.base is not None:
+        base_id, base_version, _ = stored.base
+        base_record = checkpoints.get((thread_id, checkpoint_ns, base_id))
+        base = base_record.values.get(channel) if base_record is not None else None
+        if base is None or base.version != base_version or base_id in seen:
+            return str(base_id)
+        seen.add(base_id)
+        stored = base
+    return None
 
 
 def checkpoint_of_key(key: str) -> tuple[str, str, str] | None:

@@ -49,6 +49,7 @@ from langgraph_checkpoint_verified._records import (
     EMPTY_TYPE,
     VALUE_FULL,
     CheckpointRecord,
+    StoredValue,
     Typed,
     WritesRecord,
     canonical_key,
@@ -60,10 +61,21 @@ from langgraph_checkpoint_verified._records import (
     unpack_typed,
 )
 from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage, Storage
+from langgraph_checkpoint_verified._values import (
+    ListMemory,
+    PartsCache,
+    ValueParts,
+    ValueUnavailable,
+    is_empty,
+    load_value,
+    materialize,
+    value_parts,
+)
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
     RecordDamagedError,
     StoreKeyError,
+    StoreWriteError,
     VerifiedSaverError,
 )
 from langgraph_checkpoint_verified.recovery import (
@@ -193,6 +205,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self._refs_cache: OrderedDict[tuple[str, str, str], tuple[Hashable, CheckpointRecord]] = (
             OrderedDict()
         )
+        # The last list stored per channel, so the next put stores only what it gained.
+        self._lists = ListMemory(max_chain=full_snapshot_every)
+        self._parts = PartsCache()
         self._lock = threading.Lock()
         self._closed = False
         self._check_store_marker()
@@ -476,7 +491,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         for checkpoint_id in _newest_first(ids):
             saw_any = True
             try:
-                found = self._load(thread_id, checkpoint_ns, checkpoint_id, holders)
+                found = self._load(
+                    thread_id, checkpoint_ns, checkpoint_id, holders, remember_lists=True
+                )
             except _Unusable as unusable:
                 if strict:
                     raise CheckpointDamagedError(
@@ -505,7 +522,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         while current is not None and current not in visited:
             visited.add(current)
             try:
-                found = self._load(thread_id, checkpoint_ns, current, holders)
+                found = self._load(thread_id, checkpoint_ns, current, holders, remember_lists=True)
             except _Unusable as unusable:
                 if self.strict:
                     raise CheckpointDamagedError(
@@ -577,8 +594,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         holders: dict[str, Any],
         *,
         metadata_filter: dict[str, Any] | None = None,
+        remember_lists: bool = False,
     ) -> CheckpointTuple | None:
-        """Load one checkpoint completely, or raise ``_Unusable``; ``None`` if absent."""
+        """Load one checkpoint completely, or raise ``_Unusable``; ``None`` if absent.
+
+        ``remember_lists``: the caller is about to resume from it (``get_tuple``):
+        the next put then stores only what its lists gain.
+        """
         found = self._read_with_values(thread_id, checkpoint_ns, checkpoint_id, holders)
         if found is None:
             return None
@@ -586,11 +608,20 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         metadata = self.serde.loads_typed(record.metadata)
         if metadata_filter and not all(metadata.get(k) == v for k, v in metadata_filter.items()):
             return None
-        channel_values = {
-            ch: self.serde.loads_typed(typed)
-            for ch, typed in entries.items()
-            if typed[0] != EMPTY_TYPE
-        }
+        try:
+            channel_values = {
+                ch: load_value(self.serde, parts)
+                for ch, parts in entries.items()
+                if not is_empty(parts)
+            }
+        except RecordDamagedError as exc:
+            # every record verified, yet an extension does not fit its base
+            raise _Unusable(exc.reason, parent=record.parent_checkpoint_id) from None
+        if remember_lists:
+            for channel, value in channel_values.items():
+                version = record.refs[channel][0]
+                depth = len(entries[channel]) - 1
+                self._lists.remember((thread_id, checkpoint_ns, channel), version, value, depth)
         checkpoint: Checkpoint = {  # type: ignore[typeddict-item]
             **self.serde.loads_typed(record.checkpoint),
             "channel_values": channel_values,
@@ -609,7 +640,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
     def _read_with_values(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, holders: dict[str, Any]
-    ) -> tuple[CheckpointRecord, dict[str, Typed]] | None:
+    ) -> tuple[CheckpointRecord, dict[str, ValueParts]] | None:
         """A checkpoint's record and every channel's serialized value; ``None`` if absent."""
         key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
         attempts_left = _MAINTENANCE_RETRIES
@@ -669,25 +700,43 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
     def _resolve_values(
         self, record: CheckpointRecord, holders: dict[str, Any]
-    ) -> dict[str, Typed]:
+    ) -> dict[str, ValueParts]:
         """Every channel's serialized value, from this record or the records holding them."""
-        entries: dict[str, Typed] = {}
-        for channel, (version, holder_id) in record.refs.items():
-            if holder_id == record.checkpoint_id:
-                stored = record.values.get(channel)
-            else:
-                stored = self._holder_values(record, holder_id, holders).get(channel)
-            if stored is None or stored[0] != version:
-                raise _Unusable(
-                    f"value of channel {channel!r} at version {version!r} is missing from "
-                    f"checkpoint {holder_id}"
-                )
-            entries[channel] = stored[2]
-        return entries
+        return {channel: self._resolve(record, channel, holders) for channel in record.refs}
+
+    def _resolve(
+        self, record: CheckpointRecord, channel: str, holders: dict[str, Any]
+    ) -> ValueParts:
+        """One channel's serialized value parts (see ``_values.value_parts``), or ``_Unusable``."""
+        version, holder_id = record.refs[channel]
+        if holder_id == record.checkpoint_id:
+            stored = record.values.get(channel)
+        else:
+            stored = self._holder_values(record, holder_id, holders).get(channel)
+        if stored is None or stored.version != version:
+            raise _Unusable(
+                f"value of channel {channel!r} at version {version!r} is missing from "
+                f"checkpoint {holder_id}"
+            )
+        if stored.encoding == VALUE_FULL:
+            return [(stored.typed, None)]
+        where = (record.thread_id, record.checkpoint_ns, channel)
+        try:
+            parts = value_parts(
+                record,
+                channel,
+                stored,
+                lambda base_id: self._holder_values(record, base_id, holders),
+                lambda base_version: self._parts.get(where, base_version),
+            )
+        except ValueUnavailable as unavailable:
+            raise _Unusable(unavailable.reason) from None
+        self._parts.put(where, version, parts)
+        return parts
 
     def _holder_values(
         self, record: CheckpointRecord, holder_id: str, holders: dict[str, Any]
-    ) -> dict[str, tuple[Any, int, Typed]]:
+    ) -> dict[str, StoredValue]:
         cached = holders.get(holder_id)
         if isinstance(cached, _Unusable):
             raise cached
@@ -900,7 +949,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         full = parent is None or parent.since_full + 1 >= self.full_snapshot_every
         parent_refs = parent.refs if parent is not None else {}
         holders: dict[str, Any] = {}
-        values: dict[str, tuple[Any, int, Typed]] = {}
+        values: dict[str, StoredValue] = {}
         refs: dict[str, tuple[Any, str]] = {}
         for channel, version in {**checkpoint["channel_versions"], **new_versions}.items():
             inherited = parent_refs.get(channel)
@@ -909,8 +958,18 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             if inherited is not None and not full:
                 refs[channel] = inherited
                 continue
+            where = (thread_id, checkpoint_ns, channel)
             if channel in channel_values:
-                typed = self.serde.dumps_typed(channel_values[channel])
+                stored = self._lists.encode(
+                    where,
+                    version,
+                    checkpoint_id,
+                    channel_values[channel],
+                    parent_refs.get(channel),
+                    self.serde,
+                )
+                if type(channel_values[channel]) is list:
+                    self._remember_parts(where, stored)
             elif inherited is not None:
                 # A value the checkpoint has without carrying it in channel_values (a
                 # DeltaChannel's last snapshot): a full record copies it from its holder.
@@ -918,10 +977,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 if found is None:
                     refs[channel] = inherited
                     continue  # its holder is unusable: never store a guess in its place
-                typed = found
+                stored = found
             else:
-                typed = (EMPTY_TYPE, b"")
-            values[channel] = (version, VALUE_FULL, typed)
+                self._lists.forget(where)
+                stored = StoredValue(version, VALUE_FULL, (EMPTY_TYPE, b""))
+            values[channel] = stored
             refs[channel] = (version, checkpoint_id)
         record = CheckpointRecord(
             thread_id=thread_id,
@@ -1018,6 +1078,15 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             record.task_path = stored.task_path
         self.storage.write(key, encode_writes(self.codec, record))
 
+    def _remember_parts(self, where: tuple[str, str, str], stored: StoredValue) -> None:
+        """Keep a list's parts, so that reading it back does not walk its chain."""
+        if stored.base is None:
+            self._parts.put(where, stored.version, [(stored.typed, None)])
+            return
+        base_parts = self._parts.get(where, stored.base[1])
+        if base_parts is not None:
+            self._parts.put(where, stored.version, [*base_parts, (stored.typed, stored.base[2])])
+
     def _inherited_value(
         self,
         thread_id: str,
@@ -1025,8 +1094,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         ref: tuple[Any, str],
         channel: str,
         holders: dict[str, Any],
-    ) -> Typed | None:
-        """The serialized value ``ref`` points to, or ``None`` if its holder is unusable."""
+    ) -> StoredValue | None:
+        """The stored value ``ref`` points to, or ``None`` if its holder is unusable."""
         version, holder_id = ref
         if holder_id not in holders:
             key = _keys.checkpoint_key(thread_id, checkpoint_ns, holder_id)
@@ -1035,10 +1104,10 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             except _Unusable:
                 holder = None
             holders[holder_id] = holder.values if holder is not None else {}
-        stored = holders[holder_id].get(channel)
-        if stored is None or stored[0] != version:
+        stored: StoredValue | None = holders[holder_id].get(channel)
+        if stored is None or stored.version != version:
             return None
-        return stored[2]  # type: ignore[no-any-return]
+        return stored
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions as ``InMemorySaver`` makes them: a zero-padded counter and a random tail."""
@@ -1097,6 +1166,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 self._refs_cache.popitem(last=False)
 
     def _forget_thread(self, thread_id: str) -> None:
+        self._lists.forget_thread(thread_id)
+        self._parts.forget_thread(thread_id)
         with self._lock:
             for cache_key in [k for k in self._refs_cache if k[0] == thread_id]:
                 del self._refs_cache[cache_key]
@@ -1372,20 +1443,30 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         doomed: set[str],
     ) -> None:
         # First make every survivor independent of the records about to go...
-        for checkpoint_id, record in records.items():
+        for checkpoint_id, record in sorted(records.items()):  # oldest first: see below
             if checkpoint_id in doomed:
                 continue
             moved = {ch for ch, (_, holder) in record.refs.items() if holder in doomed}
-            if not moved:
-                continue
             for channel in moved:
                 version, holder_id = record.refs[channel]
                 holder = records.get(holder_id)
                 stored = holder.values.get(channel) if holder else None
-                if stored is None or stored[0] != version:
+                if stored is None or stored.version != version:
                     continue  # already unusable; nothing to carry over
                 record.values[channel] = stored
                 record.refs[channel] = (version, checkpoint_id)
+            # A list stored as an extension whose chain runs through a doomed record
+            # is stored whole. Older survivors are done first, so a chain that
+            # reaches one has already been cut there.
+            extended = {
+                channel
+                for channel, stored in record.values.items()
+                if _chain_reaches(records, channel, stored, doomed)
+            }
+            for channel in extended:
+                record.values[channel] = self._materialized(records, record, channel)
+            if not moved and not extended:
+                continue
             if all(holder == checkpoint_id for _, holder in record.refs.values()):
                 record.since_full = 0
             key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
@@ -1396,6 +1477,25 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             self.storage.delete(_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))
             self.storage.delete_tree(_keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id))
         self._forget_thread(thread_id)
+
+    def _materialized(
+        self, records: dict[str, CheckpointRecord], record: CheckpointRecord, channel: str
+    ) -> StoredValue:
+        """``record``'s value of ``channel`` stored whole (as it is if its chain is broken)."""
+        stored = record.values[channel]
+
+        def holder_values(holder_id: str) -> dict[str, StoredValue]:
+            holder = records.get(holder_id)
+            if holder is None:
+                raise ValueUnavailable(f"checkpoint {holder_id} is missing")
+            return holder.values
+
+        try:
+            return materialize(
+                self.serde, value_parts(record, channel, stored, holder_values), stored.version
+            )
+        except (ValueUnavailable, RecordDamagedError):
+            return stored  # already unusable: nothing to carry over
 
     # -- delta channels ----------------------------------------------------
 
@@ -1508,23 +1608,14 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             for channel in remaining:
                 if channel not in record.refs:
                     continue
-                version, holder_id = record.refs[channel]
                 try:
-                    stored = (
-                        record.values.get(channel)
-                        if holder_id == current
-                        else self._holder_values(record, holder_id, holders).get(channel)
-                    )
+                    parts = self._resolve(record, channel, holders)
+                    if not is_empty(parts):
+                        found_here[channel] = load_value(self.serde, parts)
                 except _Unusable as unusable:
                     raise cannot_use(current, unusable.reason) from None
-                if stored is None or stored[0] != version:
-                    raise cannot_use(
-                        current,
-                        f"value of channel {channel!r} at version {version!r} is missing "
-                        f"from checkpoint {holder_id}",
-                    )
-                if stored[2][0] != EMPTY_TYPE:
-                    found_here[channel] = self.serde.loads_typed(stored[2])
+                except RecordDamagedError as exc:
+                    raise cannot_use(current, exc.reason) from None
             # a seed is the value before its own checkpoint's writes: those count too
             newest_first.append(
                 self._complete_writes(
@@ -1776,6 +1867,25 @@ def _config_parts(config: RunnableConfig) -> tuple[str, str, str | None]:
     if checkpoint_id is not None:
         _keys.require_text(checkpoint_id, "checkpoint_id")
     return thread_id, checkpoint_ns, checkpoint_id
+
+
+def _chain_reaches(
+    records: dict[str, CheckpointRecord], channel: str, stored: StoredValue, doomed: set[str]
+) -> bool:
+    """Whether an extended value's chain of bases runs through one of ``doomed``."""
+    seen: set[str] = set()
+    while stored.base is not None:
+        base_id = stored.base[0]
+        if base_id in doomed:
+            return True
+        if base_id in seen or base_id not in records:
+            return False
+        seen.add(base_id)
+        base = records[base_id].values.get(channel)
+        if base is None:
+            return False
+        stored = base
+    return False
 
 
 def _writes_owner(record: WritesRecord) -> tuple[str, str, str]:

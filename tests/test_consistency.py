@@ -80,7 +80,7 @@ def test_maintenance_beside_a_running_graph_never_restarts_the_thread(tmp_path, 
     try:
         for expected in range(1, runs + 1):
             run_id = str(uuid.uuid4())
-            graph.invoke({}, {**config, "run_id": run_id})
+            graph.invoke({}, {"configurable": {"thread_id": "t", "run_id": run_id}})
             finished_runs.append(run_id)
             state = graph.get_state(config).values
             assert state.get("count") == expected, f"thread restarted at run {expected}: {state}"

@@ -217,11 +217,26 @@ class Pristine:
         """
         found = set()
         for channel, version in self.versions[checkpoint_id].items():
-            holder = checkpoint_id
-            while (parent := self.parent[holder]) and self.versions[parent].get(channel) == version:
-                holder = parent
+            holder = self.first_holder(checkpoint_id, channel, version)
             found.add(holder)
+            # A list that extends its previous version is stored as the items it
+            # gained: the previous version's record is needed too, and so on back.
+            value = self.tuples[holder].checkpoint["channel_values"].get(channel)
+            while isinstance(value, list) and (parent := self.parent[holder]):
+                base = self.first_holder(parent, channel, self.versions[parent].get(channel))
+                base_value = self.tuples[base].checkpoint["channel_values"].get(channel)
+                if not isinstance(base_value, list) or value[: len(base_value)] != base_value:
+                    break
+                found.add(base)
+                holder, value = base, base_value
         return found
+
+    def first_holder(self, checkpoint_id: str, channel: str, version: object) -> str:
+        """Where ``version`` of ``channel`` first appeared along the parent chain."""
+        holder = checkpoint_id
+        while (parent := self.parent[holder]) and self.versions[parent].get(channel) == version:
+            holder = parent
+        return holder
 
     def unusable(self, damaged_checkpoints: set[str]) -> set[str]:
         return {i for i in self.ids if self.holders(i) & damaged_checkpoints}

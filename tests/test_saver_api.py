@@ -19,7 +19,12 @@ from langgraph.checkpoint.conformance.test_utils import (
 from langgraph_checkpoint_verified import VerifiedSaver, VerifiedSaverError
 from langgraph_checkpoint_verified._format import Codec
 from langgraph_checkpoint_verified._keys import TEMP_PREFIX, checkpoints_prefix
-from langgraph_checkpoint_verified._records import decode_checkpoint, encode_checkpoint
+from langgraph_checkpoint_verified._records import (
+    VALUE_FULL,
+    StoredValue,
+    decode_checkpoint,
+    encode_checkpoint,
+)
 
 
 def put_chain(saver: VerifiedSaver, thread_id: str, n: int) -> list[dict]:
@@ -122,7 +127,7 @@ def test_a_keyed_store_rejects_records_forged_without_its_key(tmp_path, forger_k
     # A writer without the key re-frames the newest checkpoint with forged state:
     # every digest is valid for the forger's key (or for no key at all).
     forged_value = saver.serde.dumps_typed({"balance": 1_000_000})
-    genuine.values = {"n": (genuine.refs["n"][0], 0, forged_value)}
+    genuine.values = {"n": StoredValue(genuine.refs["n"][0], VALUE_FULL, forged_value)}
     saver.storage.write(newest_key, encode_checkpoint(Codec(forger_key), genuine))
 
     damage = []

@@ -4,8 +4,11 @@ verifies, no temporary file is left, and a reader never sees damage."""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import traceback
+from dataclasses import dataclass
+from typing import Any
 
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
@@ -24,10 +27,11 @@ def config(thread_id, checkpoint_id=None):
     return {"configurable": configurable}
 
 
-def write_chain(store, thread_id, worker, barrier, results, shared_checkpoint=None):
+def write_chain(report, store, thread_id, worker, barrier, shared_checkpoint=None):
     """Run in a child process: a chain of checkpoints with incremental values and writes.
 
-    Reports every acknowledged (returned) write; a failure is reported, not hidden.
+    Reports (on the ``report`` connection) every acknowledged (returned) write; a
+    failure is reported, not hidden.
     """
     try:
         saver = VerifiedSaver(store, fsync=False)
@@ -53,12 +57,12 @@ def write_chain(store, thread_id, worker, barrier, results, shared_checkpoint=No
             )
             saver.put_writes(parent, [("done", [worker, step])], f"task-{worker}-{step}")
             acknowledged.append((parent["configurable"]["checkpoint_id"], worker, step))
-        results.put(("ok", acknowledged))
+        report.send(("ok", acknowledged))
     except BaseException:
-        results.put(("error", traceback.format_exc()))
+        report.send(("error", traceback.format_exc()))
 
 
-def read_while_writing(store, thread_id, barrier, writer_done, results):
+def read_while_writing(report, store, thread_id, barrier, writer_done):
     """Run in a child process: list and load the thread until the writer is done."""
     try:
         saver = VerifiedSaver(store)
@@ -79,7 +83,7 @@ def read_while_writing(store, thread_id, barrier, writer_done, results):
             if finished:
                 break
         stats = saver.stats
-        results.put(
+        report.send(
             (
                 "ok",
                 {
@@ -93,23 +97,54 @@ def read_while_writing(store, thread_id, barrier, writer_done, results):
             )
         )
     except BaseException:
-        results.put(("error", traceback.format_exc()))
+        report.send(("error", traceback.format_exc()))
+
+
+@dataclass
+class Child:
+    process: Any  # a multiprocessing Process
+    report: multiprocessing.connection.Connection  # where its one report arrives
 
 
 def start(context, function, *args):
-    process = context.Process(target=function, args=args)
+    """Start ``function(report, *args)`` in a (daemon) child process."""
+    receiver, sender = context.Pipe(duplex=False)
+    # daemon: a child still blocked when a test fails dies with the test process
+    process = context.Process(target=function, args=(sender, *args), daemon=True)
     process.start()
-    return process
+    sender.close()  # the child has its own copy
+    return Child(process, receiver)
 
 
-def collect(results, processes):
-    reports = [results.get(timeout=120) for _ in processes]
-    for process in processes:
-        process.join(timeout=120)
-        assert process.exitcode == 0
-    errors = [payload for status, payload in reports if status == "error"]
+def collect(children, barrier=None):
+    """Each child's report, in order, waiting for the events themselves: a report, or
+    the child's exit without one. No clock: a slow machine only makes this slower.
+
+    When a child fails, ``barrier`` is aborted, so children still waiting at it stop
+    (with an error report) instead of waiting forever for the one that is gone.
+    """
+    reports: dict[int, tuple[str, Any]] = {}
+    waiting = dict(enumerate(children))
+    while waiting:
+        handles = [c.report for c in waiting.values()]
+        handles += [c.process.sentinel for c in waiting.values()]
+        ready = multiprocessing.connection.wait(handles)
+        for index, child in list(waiting.items()):
+            if child.report in ready or child.process.sentinel in ready:
+                try:
+                    reports[index] = child.report.recv()  # sent before it exits, if at all
+                except EOFError:
+                    child.process.join()
+                    reports[index] = ("error", f"exited with {child.process.exitcode} unheard")
+                del waiting[index]
+                if reports[index][0] == "error" and barrier is not None:
+                    barrier.abort()
+    errors = [payload for status, payload in reports.values() if status == "error"]
     assert not errors, "\n".join(errors)
-    return [payload for _, payload in reports]
+    for child in children:
+        child.process.join()  # it has reported: it is exiting
+        assert child.process.exitcode == 0
+    return [reports[index][1] for index in range(len(children))]
 
 
 def temp_files(root):
@@ -135,12 +170,9 @@ def assert_all_present(saver, thread_id, acknowledged):
 def test_processes_on_different_threads(tmp_path):
     store = tmp_path / "store"
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     barrier = context.Barrier(3)
-    processes = [
-        start(context, write_chain, store, f"thread-{w}", w, barrier, results) for w in range(3)
-    ]
-    reports = collect(results, processes)
+    children = [start(context, write_chain, store, f"thread-{w}", w, barrier) for w in range(3)]
+    reports = collect(children, barrier)
 
     saver = VerifiedSaver(store)
     acknowledged = sorted(a for report in reports for a in report)
@@ -162,13 +194,11 @@ def test_processes_on_the_same_thread(tmp_path):
     shared_id = shared["configurable"]["checkpoint_id"]
 
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
     barrier = context.Barrier(3)
-    processes = [
-        start(context, write_chain, store, "shared", w, barrier, results, shared_id)
-        for w in range(3)
+    children = [
+        start(context, write_chain, store, "shared", w, barrier, shared_id) for w in range(3)
     ]
-    reports = collect(results, processes)
+    reports = collect(children, barrier)
 
     reopened = VerifiedSaver(store)
     acknowledged = [a for report in reports for a in report]
@@ -194,16 +224,16 @@ def test_a_reader_listing_while_a_writer_writes_sees_no_damage(tmp_path):
     store = tmp_path / "store"
     VerifiedSaver(store)  # create the store before either process opens it
     context = multiprocessing.get_context("spawn")
-    writer_results = context.Queue()
-    reader_results = context.Queue()
     barrier = context.Barrier(2)
     writer_done = context.Event()
 
-    reader = start(context, read_while_writing, store, "busy", barrier, writer_done, reader_results)
-    writer = start(context, write_chain, store, "busy", 7, barrier, writer_results)
-    (acknowledged,) = collect(writer_results, [writer])
-    writer_done.set()
-    (seen,) = collect(reader_results, [reader])
+    reader = start(context, read_while_writing, store, "busy", barrier, writer_done)
+    writer = start(context, write_chain, store, "busy", 7, barrier)
+    try:
+        (acknowledged,) = collect([writer], barrier)
+    finally:
+        writer_done.set()  # the reader's last pass starts now, even if the writer failed
+    (seen,) = collect([reader], barrier)
 
     assert seen["damaged"] == 0
     assert seen["quarantined"] == 0

@@ -4,15 +4,28 @@ LangGraph saves a task's writes only when the whole task finishes, and
 ``ToolNode`` runs every tool call of one AI message inside one task. If one
 call fails or the process dies, a resume runs the finished calls again.
 ``VerifiedToolNode`` records each finished call in the thread's
-``VerifiedSaver`` the moment it finishes, and a rerun returns the recorded
-result instead of invoking the tool.
+``VerifiedSaver`` the moment it finishes, and a rerun of the same call returns
+the recorded result instead of invoking the tool.
 
-A call is identified by its thread, the node's namespace (with LangGraph's
-per-task ids removed, so it is the same on every resume), its
-``tool_call_id``, and a fingerprint of the tool name and arguments. The policy
-for one call is written once, in ``_recorded_call``, as a generator that yields
-what it needs done (read, write or delete a record, run the tool); a sync and
-an async driver carry those steps out.
+A record stands in for a call only when it is the same call:
+
+* the same **run of the tools task**: records are kept per *lineage
+  checkpoint*, the checkpoint the task runs from, except that a checkpoint
+  ``update_state`` wrote on the thread's newest checkpoint continues the run it
+  was written on (see ``lineage_checkpoint``). A resume or retry runs the task
+  from the same checkpoint and finds the records; a fork, a rewind or a
+  time-travel replay runs it from a new checkpoint, so every call runs again,
+  as in ``ToolNode``;
+* the same ``tool_call_id`` in the node's namespace (with LangGraph's per-task
+  ids removed);
+* the same **fingerprint**: tool name, arguments, and the state the tool is
+  given (``InjectedState`` fields, or the whole state for ``InjectedState()``
+  and ``ToolRuntime``). The store, the runtime context and the config are not
+  state and are not compared.
+
+The policy for one call is written once, in ``_recorded_call``, as a generator
+that yields what it needs done (read, write or delete a record, run the tool);
+a sync and an async driver carry those steps out.
 
 Rules, in the order they apply:
 
@@ -22,10 +35,11 @@ Rules, in the order they apply:
 * Errors are not recorded: a call that raised, or ended in an error
   ``ToolMessage`` (``handle_tool_errors``), runs again on a rerun.
 * An at-most-once tool gets a durable intent record before it starts. Intent
-  without result on a rerun means the process stopped while the tool ran: the
-  outcome is unknown, so the tool is not invoked (see ``on_unknown_outcome``).
-  An error or an ``interrupt()`` raised by the tool is a known outcome, so its
-  intent is withdrawn and the call runs again, as any other call would.
+  without result on a rerun of the same call means the process stopped while
+  the tool ran: the outcome is unknown, so the tool is not invoked (see
+  ``on_unknown_outcome``). An error or an ``interrupt()`` raised by the tool is
+  a known outcome, so its intent is withdrawn and the call runs again, as any
+  other call would.
 """
 
 from __future__ import annotations
@@ -33,17 +47,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
+import datetime
+import decimal
+import enum
 import hashlib
 import json
 import logging
+import pathlib
 import threading
-from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_core.messages import ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolRuntime
@@ -61,7 +84,10 @@ UnknownOutcomePolicy = Literal["error", "raise", "interrupt"]
 _POLICIES = ("error", "raise", "interrupt")
 
 _NS_SEP = "|"  # LangGraph joins nested namespaces with "|"...
-_NS_END = ":"  # ...and ends each part with ":<task_id>", which changes across resumes
+_NS_END = (
+    ":"  # ...and ends each part with ":<task_id>", which changes from checkpoint to checkpoint
+)
+_LINEAGE_MARK = "@"  # between a node's stable namespace and its lineage checkpoint in record names
 
 _current_key: contextvars.ContextVar[str] = contextvars.ContextVar(
     "langgraph_checkpoint_verified_idempotency_key"
@@ -69,7 +95,7 @@ _current_key: contextvars.ContextVar[str] = contextvars.ContextVar(
 
 
 def stable_namespace(checkpoint_ns: str) -> str:
-    """A node's namespace without the task ids that change from one resume to the next.
+    """A node's namespace without LangGraph's task ids.
 
     Example:
         >>> stable_namespace("agent:1f0e|tools:9c2a")
@@ -80,20 +106,42 @@ def stable_namespace(checkpoint_ns: str) -> str:
     return _NS_SEP.join(part.split(_NS_END, 1)[0] for part in checkpoint_ns.split(_NS_SEP))
 
 
-def idempotency_key(thread_id: str, checkpoint_ns: str, tool_call_id: str) -> str:
-    """The idempotency key of one tool call: the same in every resume and every process.
+def record_namespace(checkpoint_ns: str, checkpoint_id: str) -> str:
+    """The namespace a tools task's records are kept under in the ``VerifiedSaver``.
 
-    It is the SHA-256 (hex) of the thread id, the stable namespace of the node
-    and the tool call id. Tools read it with ``current_idempotency_key()``;
-    this function lets other code compute it (to look a call up in an
-    external system, for example).
+    It is the node's stable namespace and the task's lineage checkpoint (see
+    ``lineage_checkpoint``): pass it to ``VerifiedSaver.get_tool_record`` to
+    read the record of a call.
 
     Example:
-        >>> key = idempotency_key("thread-1", "tools:1f0e", "call_1")
-        >>> key == idempotency_key("thread-1", "tools:77aa", "call_1"), len(key)
-        (True, 64)
+        >>> record_namespace("agent:1f0e|tools:9c2a", "1f0f3b2c-0000-6000-8000-000000000001")
+        'agent|tools@1f0f3b2c-0000-6000-8000-000000000001'
     """
-    material = "\0".join((str(thread_id), stable_namespace(checkpoint_ns), tool_call_id))
+    return f"{stable_namespace(checkpoint_ns)}{_LINEAGE_MARK}{checkpoint_id}"
+
+
+def idempotency_key(
+    thread_id: str, checkpoint_ns: str, tool_call_id: str, checkpoint_id: str
+) -> str:
+    """The idempotency key of one tool call: the same in every resume and every process.
+
+    It is the SHA-256 (hex) of the thread id, the stable namespace of the node,
+    the lineage checkpoint of its task (see ``lineage_checkpoint``) and the tool
+    call id: a resume or retry of the call has the same key, a fork, rewind or
+    replay (a new call) has a new one. Tools read it with
+    ``current_idempotency_key()``; this function lets other code compute it (to
+    look a call up in an external system, for example).
+
+    Example:
+        >>> key = idempotency_key("thread-1", "tools:1f0e", "call_1", "1f0f3b2c")
+        >>> key == idempotency_key("thread-1", "tools:77aa", "call_1", "1f0f3b2c"), len(key)
+        (True, 64)
+        >>> key == idempotency_key("thread-1", "tools:1f0e", "call_1", "1f0f9d41")
+        False
+    """
+    material = "\0".join(
+        (str(thread_id), stable_namespace(checkpoint_ns), checkpoint_id, tool_call_id)
+    )
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -134,10 +182,24 @@ def _idempotency_key_set(key: str) -> Iterator[None]:
         _current_key.reset(token)
 
 
-def fingerprint(tool_name: str, args: Any) -> str:
-    """SHA-256 of a tool name and its arguments (canonical JSON, keys sorted)."""
+def fingerprint(tool_name: str, args: Any, injected: Mapping[str, Any] | None = None) -> str:
+    """SHA-256 of a tool name, its arguments and the state injected into it.
+
+    Canonical JSON, keys sorted. ``injected`` maps each injected parameter to
+    the state value it receives; a tool given no state has the fingerprint of
+    its name and arguments alone.
+
+    Example:
+        >>> fingerprint("show", {}) == fingerprint("show", {}, {})
+        True
+        >>> fingerprint("show", {}, {"balance": 10}) == fingerprint("show", {}, {"balance": 99})
+        False
+    """
+    material: dict[str, Any] = {"name": tool_name, "args": args}
+    if injected:
+        material["injected"] = _canonical(injected)
     canonical = json.dumps(
-        {"name": tool_name, "args": args},
+        material,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -146,13 +208,172 @@ def fingerprint(tool_name: str, args: Any) -> str:
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+_SHOWN_AS_TEXT = (
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    uuid.UUID,
+    decimal.Decimal,
+    pathlib.PurePath,
+)
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` as plain JSON data that is equal for equal state.
+
+    The state a tool is given comes from live channel values on the first run
+    and from a deserialized checkpoint on a resume; both must fingerprint the
+    same, so nothing here may depend on object identity (``repr`` of a plain
+    object shows its address). A value of a type not handled below counts by
+    its type alone.
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {
+            (key if isinstance(key, str) else repr(key)): _canonical(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_canonical(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        items = [_canonical(item) for item in value]
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+    if isinstance(value, enum.Enum):
+        return _canonical(value.value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    if isinstance(value, _SHOWN_AS_TEXT):
+        return str(value)
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    if callable(getattr(value, "model_dump", None)):  # pydantic models, messages among them
+        return {"__type__": kind, "fields": _canonical(value.model_dump())}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+        return {"__type__": kind, "fields": _canonical(fields)}
+    return {"__type__": kind}
+
+
+# The lineage of a checkpoint never changes once it exists (checkpoints are immutable and
+# their ids unique), so it is looked up once per process.
+_lineages: OrderedDict[tuple[int, str, str, str], str] = OrderedDict()
+_lineages_lock = threading.Lock()
+_LINEAGES_KEPT = 1024
+
+
+def lineage_checkpoint(
+    checkpointer: BaseCheckpointSaver | None,
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+) -> str:
+    """The checkpoint whose tool-call records a task running from ``checkpoint_id`` uses.
+
+    Usually ``checkpoint_id`` itself: LangGraph runs a task again from the same
+    checkpoint on a resume (``invoke(None, config)``, ``Command(resume=...)``)
+    and on a retry, and from a new one after a fork, a rewind or a time-travel
+    replay (which starts its branch with a checkpoint of its own).
+
+    One kind of checkpoint is looked through: one that ``update_state`` wrote
+    on the newest checkpoint of its namespace (``run_with_recovery``'s
+    ``on_failure`` hint, an edit while the graph waits at an interrupt). It
+    continues the run it was written on, so its lineage is its parent's. An
+    update written on a checkpoint the thread had already moved past starts a
+    branch: it is its own lineage.
+
+    A checkpoint the graph's checkpointer does not hold (yet: LangGraph saves
+    in the background with ``durability="async"``) was made by the running
+    graph itself, so it is no update and is its own lineage.
+
+    Args:
+        checkpointer: The graph's checkpointer (``None``: no lookup, the
+            checkpoint is its own lineage).
+        thread_id: The thread.
+        checkpoint_ns: The namespace of the graph running the task (``""`` for
+            the root graph).
+        checkpoint_id: The checkpoint the task runs from.
+
+    Example:
+        >>> from langgraph.checkpoint.memory import InMemorySaver
+        >>> from langgraph.graph import START, StateGraph
+        >>> from typing_extensions import TypedDict
+        >>> class State(TypedDict):
+        ...     n: int
+        >>> builder = StateGraph(State)
+        >>> _ = builder.add_node("step", lambda state: {"n": state["n"] + 1})
+        >>> _ = builder.add_edge(START, "step")
+        >>> saver = InMemorySaver()
+        >>> graph = builder.compile(checkpointer=saver, interrupt_before=["step"])
+        >>> config = {"configurable": {"thread_id": "t"}}
+        >>> _ = graph.invoke({"n": 1}, config)
+        >>> head = graph.get_state(config).config["configurable"]["checkpoint_id"]
+        >>> edit = graph.update_state(config, {"n": 5})["configurable"]["checkpoint_id"]
+        >>> lineage_checkpoint(saver, "t", "", edit) == head  # an edit at the head
+        True
+    """
+    if checkpointer is None:
+        return checkpoint_id
+    cache_key = (id(checkpointer), str(thread_id), checkpoint_ns, checkpoint_id)
+    with _lineages_lock:
+        known = _lineages.get(cache_key)
+        if known is not None:
+            _lineages.move_to_end(cache_key)
+            return known
+    lineage = checkpoint_id
+    while (continued := _continued_by(checkpointer, thread_id, checkpoint_ns, lineage)) is not None:
+        lineage = continued
+    with _lineages_lock:
+        _lineages[cache_key] = lineage
+        while len(_lineages) > _LINEAGES_KEPT:
+            _lineages.popitem(last=False)
+    return lineage
+
+
+def _continued_by(
+    checkpointer: BaseCheckpointSaver, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+) -> str | None:
+    """The checkpoint ``checkpoint_id`` continues, if it is an update written at the head."""
+    namespace: RunnableConfig = {
+        "configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    }
+    found = checkpointer.get_tuple(
+        {"configurable": {**namespace["configurable"], "checkpoint_id": checkpoint_id}}
+    )
+    if found is None or found.config["configurable"].get("checkpoint_id") != checkpoint_id:
+        return None  # not saved yet (so made by the running graph), or unreadable
+    if (found.metadata or {}).get("source") != "update" or not found.parent_config:
+        return None
+    parent = found.parent_config["configurable"].get("checkpoint_id")
+    if parent is None:
+        return None
+    # Checkpoint ids sort in the order they were made: was any checkpoint made
+    # between the parent and the update? Then the update started a branch.
+    newest_before = next(iter(checkpointer.list(namespace, before=found.config, limit=1)), None)
+    if newest_before is not None and newest_before.config["configurable"]["checkpoint_id"] > parent:
+        return None
+    return str(parent)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """Where a tools task runs, read from its config."""
+
+    saver: VerifiedSaver
+    checkpointer: BaseCheckpointSaver | None  # the graph's, which holds its checkpoints
+    thread_id: str
+    checkpoint_ns: str  # the task's, as LangGraph names it
+    graph_ns: str  # the namespace of the graph running the task
+    checkpoint_id: str  # the checkpoint the task runs from
+
+
 @dataclass(frozen=True)
 class _Call:
     """Everything that identifies one tool call across resumes."""
 
     saver: VerifiedSaver
     thread_id: str
-    checkpoint_ns: str
+    checkpoint_ns: str  # the record namespace: stable namespace and lineage checkpoint
+    checkpoint_id: str  # the lineage checkpoint
     tool_call_id: str
     name: str
     fingerprint: str
@@ -195,11 +416,12 @@ class VerifiedToolNode(ToolNode):
     async. Records go to the graph's own checkpointer, which must be a
     ``VerifiedSaver`` (or pass ``saver=``).
 
-    Each call's record is keyed by thread, the node's namespace, the
-    ``tool_call_id`` and a fingerprint of tool name and arguments; tool call
-    ids must therefore be unique within a thread, as chat model providers make
-    them. Calls that raise or end in an error ``ToolMessage`` are not recorded
-    and run again on a resume.
+    A record answers only the same call: the same run of the tools task (a
+    resume or retry of it, not a fork, rewind or time-travel replay; see
+    ``lineage_checkpoint``), the same ``tool_call_id``, and the same
+    fingerprint of tool name, arguments and injected state. Calls that raise
+    or end in an error ``ToolMessage`` are not recorded and run again on a
+    resume.
 
     Every call has an idempotency key, the same across resumes and processes,
     which the tool reads with ``current_idempotency_key()``.
@@ -237,28 +459,39 @@ class VerifiedToolNode(ToolNode):
         >>> from langchain_core.messages import AIMessage
         >>> from langchain_core.tools import tool
         >>> from langgraph.graph import START, MessagesState, StateGraph
-        >>> sent = []
+        >>> sent, lookups = [], []
         >>> @tool
         ... def send_email(to: str) -> str:
         ...     \"\"\"Send an email.\"\"\"
         ...     sent.append(to)
         ...     return f"sent to {to}"
+        >>> @tool
+        ... def lookup(order: str) -> str:
+        ...     \"\"\"Look an order up; the service is down the first time.\"\"\"
+        ...     lookups.append(order)
+        ...     if len(lookups) == 1:
+        ...         raise ConnectionError("order service unavailable")
+        ...     return f"{order}: shipped"
         >>> builder = StateGraph(MessagesState)
-        >>> tools = VerifiedToolNode([send_email], at_most_once=["send_email"])
+        >>> tools = VerifiedToolNode([send_email, lookup], at_most_once=["send_email"])
         >>> _ = builder.add_node("tools", tools)
         >>> _ = builder.add_edge(START, "tools")
-        >>> saver = VerifiedSaver.in_memory()
-        >>> graph = builder.compile(checkpointer=saver)
-        >>> call = {"name": "send_email", "args": {"to": "ann@example.com"}, "id": "call_1"}
+        >>> graph = builder.compile(checkpointer=VerifiedSaver.in_memory())
+        >>> calls = [
+        ...     {"name": "send_email", "args": {"to": "ann@example.com"}, "id": "call_1"},
+        ...     {"name": "lookup", "args": {"order": "ORD-7"}, "id": "call_2"},
+        ... ]
         >>> config = {"configurable": {"thread_id": "t"}}
-        >>> message = AIMessage("", tool_calls=[call])
-        >>> graph.invoke({"messages": [message]}, config)["messages"][-1].content
-        'sent to ann@example.com'
-        >>> # the same call in the same thread is answered from its record
-        >>> graph.invoke({"messages": [message]}, config)["messages"][-1].content
-        'sent to ann@example.com'
-        >>> sent
-        ['ann@example.com']
+        >>> try:
+        ...     graph.invoke({"messages": [AIMessage("", tool_calls=calls)]}, config)
+        ... except ConnectionError as error:
+        ...     print(error)
+        order service unavailable
+        >>> # resume: the finished call is answered from its record, the failed one runs
+        >>> [m.content for m in graph.invoke(None, config)["messages"][1:]]
+        ['sent to ann@example.com', 'ORD-7: shipped']
+        >>> sent, lookups
+        (['ann@example.com'], ['ORD-7', 'ORD-7'])
     """
 
     def __init__(
@@ -297,9 +530,10 @@ class VerifiedToolNode(ToolNode):
         input_type: Literal["list", "dict", "tool_calls"],
         tool_runtime: ToolRuntime,
     ) -> Any:
-        identity = self._identify(call, tool_runtime)
-        if identity is None:
+        task = self._task_of(call, tool_runtime)
+        if task is None:
             return super()._run_one(call, input_type, tool_runtime)
+        identity = self._identify(task, call, tool_runtime)
         while (running := _claim(identity)) is not None:
             running.ended.wait()
         try:
@@ -328,14 +562,14 @@ class VerifiedToolNode(ToolNode):
         input_type: Literal["list", "dict", "tool_calls"],
         tool_runtime: ToolRuntime,
     ) -> Any:
-        identity = self._identify(call, tool_runtime)
-        if identity is None:
+        task = self._task_of(call, tool_runtime)
+        if task is None:
             return await super()._arun_one(call, input_type, tool_runtime)
         # When one task of a step fails, LangGraph cancels the others. A call that
         # has started is shielded: it finishes and its outcome is recorded, so a
         # retry answers from the record instead of running it again (or, for an
         # at-most-once tool, finding its outcome unknown).
-        recorded = asyncio.ensure_future(self._adrive(identity, call, input_type, tool_runtime))
+        recorded = asyncio.ensure_future(self._adrive(task, call, input_type, tool_runtime))
         try:
             return await asyncio.shield(recorded)
         except Exception as exc:
@@ -352,11 +586,13 @@ class VerifiedToolNode(ToolNode):
 
     async def _adrive(
         self,
-        identity: _Call,
+        task: _Task,
         call: ToolCall,
         input_type: Literal["list", "dict", "tool_calls"],
         tool_runtime: ToolRuntime,
     ) -> Any:
+        # fingerprinting the state and looking up the lineage: one crossing to a thread
+        identity = await task.saver._run(self._identify, task, call, tool_runtime)
         await _aclaim(identity)
 
         async def carry_out(step: _Step) -> Any:
@@ -384,8 +620,8 @@ class VerifiedToolNode(ToolNode):
                 logger.debug("tool call %r answered from its record", call.tool_call_id)
                 return value
             logger.warning(
-                "tool call %r of thread %r was recorded with another tool name or other "
-                "arguments than %s now has; running the tool again",
+                "tool call %r of thread %r was recorded with another tool name, other "
+                "arguments or other injected state than %s now has; running the tool again",
                 call.tool_call_id,
                 call.thread_id,
                 call.name,
@@ -401,6 +637,15 @@ class VerifiedToolNode(ToolNode):
                 if settled:
                     yield _Write("result", answer)
                 return answer
+            if intent is not None:
+                logger.warning(
+                    "at-most-once tool call %r of thread %r started before with another tool "
+                    "name, other arguments or other injected state than %s now has; this is "
+                    "a new call, so the tool runs",
+                    call.tool_call_id,
+                    call.thread_id,
+                    call.name,
+                )
             yield _Write("intent")
         try:
             result = yield _RUN_TOOL
@@ -439,6 +684,7 @@ class VerifiedToolNode(ToolNode):
                 "tool": call.name,
                 "tool_call_id": call.tool_call_id,
                 "idempotency_key": call.idempotency_key,
+                "checkpoint_id": call.checkpoint_id,
                 "message": str(problem),
             }
         )
@@ -449,10 +695,14 @@ class VerifiedToolNode(ToolNode):
 
     # -- identity ------------------------------------------------------------
 
-    def _identify(self, call: ToolCall, tool_runtime: ToolRuntime) -> _Call | None:
-        """The call's identity, or ``None`` for a call that cannot be recorded."""
+    def _task_of(self, call: ToolCall, tool_runtime: ToolRuntime) -> _Task | None:
+        """Where the call's task runs, or ``None`` for a call that cannot be recorded.
+
+        Reads the config only, so it is cheap enough for the event loop.
+        """
         configurable = (tool_runtime.config or {}).get("configurable") or {}
-        saver = self.saver if self.saver is not None else configurable.get(CONFIG_KEY_CHECKPOINTER)
+        checkpointer = configurable.get(CONFIG_KEY_CHECKPOINTER)
+        saver = self.saver if self.saver is not None else checkpointer
         if not isinstance(saver, VerifiedSaver):
             found = "no checkpointer" if saver is None else f"a {type(saver).__name__}"
             raise TypeError(
@@ -465,10 +715,8 @@ class VerifiedToolNode(ToolNode):
                 "VerifiedToolNode needs a thread: invoke the graph with "
                 'config={"configurable": {"thread_id": "..."}}'
             )
-        thread_id = str(configurable["thread_id"])
-        tool_call_id = call.get("id")
         name = call["name"]
-        if not tool_call_id:
+        if not call.get("id"):
             if name in self.at_most_once:
                 raise ValueError(
                     f"tool call of at-most-once tool {name!r} has no id, so it cannot be "
@@ -476,17 +724,80 @@ class VerifiedToolNode(ToolNode):
                 )
             logger.warning("tool call of %r has no id: it is run without a record", name)
             return None
-        checkpoint_ns = stable_namespace(configurable.get("checkpoint_ns") or "")
-        return _Call(
+        checkpoint_ns = configurable.get("checkpoint_ns") or ""
+        # The task's namespace is "<graph's namespace>|<node>:<task id>" (or
+        # "<node>:<task id>" in the root graph); LangGraph maps each graph's
+        # namespace to the checkpoint its tasks run from.
+        graph_ns = checkpoint_ns.rpartition(_NS_SEP)[0]
+        checkpoint_id = (configurable.get("checkpoint_map") or {}).get(graph_ns)
+        if checkpoint_id is None:
+            if name in self.at_most_once:
+                raise ValueError(
+                    f"tool call of at-most-once tool {name!r} runs outside a graph (its config "
+                    f"names no checkpoint), so it cannot be recorded; add the VerifiedToolNode "
+                    f"to a graph compiled with a checkpointer"
+                )
+            logger.warning("tool call of %r runs outside a graph: it is run without a record", name)
+            return None
+        return _Task(
             saver=saver,
-            thread_id=thread_id,
+            checkpointer=checkpointer if isinstance(checkpointer, BaseCheckpointSaver) else None,
+            thread_id=str(configurable["thread_id"]),
             checkpoint_ns=checkpoint_ns,
+            graph_ns=graph_ns,
+            checkpoint_id=str(checkpoint_id),
+        )
+
+    def _identify(self, task: _Task, call: ToolCall, tool_runtime: ToolRuntime) -> _Call:
+        """The call's identity. Reads a checkpoint and hashes the injected state: the
+        async node runs it on a worker thread."""
+        lineage = lineage_checkpoint(
+            task.checkpointer, task.thread_id, task.graph_ns, task.checkpoint_id
+        )
+        tool_call_id = str(call["id"])
+        name = call["name"]
+        return _Call(
+            saver=task.saver,
+            thread_id=task.thread_id,
+            checkpoint_ns=record_namespace(task.checkpoint_ns, lineage),
+            checkpoint_id=lineage,
             tool_call_id=tool_call_id,
             name=name,
-            fingerprint=fingerprint(name, call.get("args")),
-            idempotency_key=idempotency_key(thread_id, checkpoint_ns, tool_call_id),
+            fingerprint=fingerprint(
+                name, call.get("args"), self._injected_state(call, tool_runtime)
+            ),
+            idempotency_key=idempotency_key(
+                task.thread_id, task.checkpoint_ns, tool_call_id, lineage
+            ),
             at_most_once=name in self.at_most_once,
         )
+
+    def _injected_state(self, call: ToolCall, tool_runtime: ToolRuntime) -> dict[str, Any]:
+        """The state the tool receives, by parameter, as ``ToolNode`` will inject it.
+
+        ``InjectedState("field")`` receives that field, ``InjectedState()`` the
+        whole state, and a ``ToolRuntime`` the whole state among other things:
+        of the runtime only its state counts. The store and the runtime context
+        are not state: reading them is like reading any outside system.
+        """
+        injected = self._injected_args.get(call["name"])
+        if injected is None or not (injected.state or injected.runtime):
+            return {}
+        state = tool_runtime.state
+        if isinstance(state, list):
+            state = {self._messages_key: state}  # as ToolNode does for a list of messages
+        values: dict[str, Any] = {}
+        for parameter, field in injected.state.items():
+            if not field:
+                values[parameter] = state
+            elif isinstance(state, Mapping):
+                if field in state:
+                    values[parameter] = state[field]
+            elif hasattr(state, field):
+                values[parameter] = getattr(state, field)
+        if injected.runtime:
+            values[injected.runtime] = state
+        return values
 
 
 @dataclass(frozen=True)

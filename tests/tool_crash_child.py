@@ -29,6 +29,7 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_checkpoint_verified import VerifiedSaver, VerifiedToolNode, run_with_recovery
+from langgraph_checkpoint_verified.tools import record_namespace
 
 STORE, LOG, SCENARIO, PHASE = sys.argv[1:5]
 THREAD = "crash"
@@ -57,6 +58,13 @@ def side_effect(name: str) -> None:
         os.fsync(log.fileno())
 
 
+def recorded(tool_call_id: str) -> bool:
+    # the tools task runs from the thread's newest checkpoint (durability="sync")
+    checkpoint_id = graph.get_state(CONFIG).config["configurable"]["checkpoint_id"]
+    records = record_namespace("tools", checkpoint_id)
+    return saver.get_tool_record(THREAD, records, tool_call_id, "result") is not None
+
+
 def wait_for_records(*tool_call_ids: str) -> None:
     """Until the other calls' results are recorded: each record written wakes this up.
 
@@ -65,7 +73,7 @@ def wait_for_records(*tool_call_ids: str) -> None:
     """
 
     def all_recorded() -> bool:
-        return all(saver.get_tool_record(THREAD, "tools", i, "result") for i in tool_call_ids)
+        return all(recorded(i) for i in tool_call_ids)
 
     with saver.stored:
         saver.stored.wait_for(all_recorded)

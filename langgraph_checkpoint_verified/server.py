@@ -1,4 +1,4 @@
-"""``VerifiedSaver`` behind the LangGraph server (``langgraph dev``, ``langgraph up``).
+"""``VerifiedSaver`` behind the LangGraph server (``langgraph dev``).
 
 The server loads a custom checkpointer from ``langgraph.json``::
 
@@ -9,10 +9,10 @@ The server loads a custom checkpointer from ``langgraph.json``::
 
 and enters what ``path`` names as an async context manager: ``checkpointer``
 below opens a ``VerifiedSaver`` on the store named by the environment and
-closes it when the server stops. The server enters it once per thread that
-runs graphs, so one process may hold several savers on the same store, which
-the store supports: records are immutable files written atomically, and the
-operations that rewrite a thread take that thread's lock.
+closes it when the server stops. The server enters it once per thread of its
+own that asks for a checkpointer, so one process may hold several savers on
+the same store, which the store supports: records are immutable files written
+atomically, and the operations that rewrite a thread take that thread's lock.
 
 Environment:
 
@@ -37,6 +37,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from langgraph_checkpoint_verified.errors import StoreKeyError
 from langgraph_checkpoint_verified.saver import VerifiedSaver
 
 STORE_ENV = "LANGGRAPH_VERIFIED_STORE"
@@ -70,8 +71,9 @@ def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> V
     Raises:
         ValueError: The key file cannot be read, or holds a key of the wrong
             length.
-        StoreKeyError: The key does not match the store (keyed store opened
-            without a key, or with another one).
+        StoreKeyError: The key does not match the store (a keyed store without
+            a key file, a store written without a key with one, or another key);
+            the message says which variable to change.
 
     Example:
         >>> import tempfile
@@ -94,7 +96,21 @@ def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> V
                 f"cannot read the key file named by {KEY_FILE_ENV} ({key_file}): "
                 f"{exc.strerror or exc}; fix the path or unset {KEY_FILE_ENV}"
             ) from None
-    saver = VerifiedSaver(store, key=key, **options)
+    try:
+        saver = VerifiedSaver(store, key=key, **options)
+    except StoreKeyError as exc:
+        # The saver's advice names its key= argument; here the key comes from the environment.
+        if exc.store_is_keyed and key is None:
+            advice = f"it was written with a key: set {KEY_FILE_ENV} to the file holding it"
+        elif not exc.store_is_keyed:
+            advice = f"it was written without a key: unset {KEY_FILE_ENV} (now {key_file})"
+        else:
+            advice = f"{KEY_FILE_ENV} names {key_file}, which does not hold this store's key"
+        raise StoreKeyError(
+            f"cannot open {store}: {advice}",
+            store_is_keyed=exc.store_is_keyed,
+            marker=exc.marker,
+        ) from exc
     logger.info("VerifiedSaver store: %s (%s)", store, "keyed" if key else "no key")
     return saver
 
@@ -103,9 +119,9 @@ def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> V
 async def checkpointer() -> AsyncIterator[VerifiedSaver]:
     """A ``VerifiedSaver`` for the LangGraph server, configured by the environment.
 
-    Point ``langgraph.json`` at it::
-
-        "checkpointer": {"path": "langgraph_checkpoint_verified.server.checkpointer"}
+    Point ``langgraph.json`` at it: ``"checkpointer": {"path":
+    "langgraph_checkpoint_verified.server.checkpointer"}`` (a dotted path: the
+    server looks the name up after the last dot).
 
     Opening happens on a worker thread: the server refuses blocking calls on
     its event loop, and opening a store reads its marker record. The saver is

@@ -110,10 +110,10 @@ def wait_until(condition: Callable[[], T], what: str, server: Server | None = No
         if server is not None and server.process.poll() is not None:
             pytest.fail(
                 f"the server exited ({server.process.returncode}) while waiting for "
-                f"{what}:\n{server.output()}"
+                f"{what}:\n{server.output()[-20000:]}"
             )
         if time.monotonic() > deadline:
-            log = server.output() if server is not None else ""
+            log = server.output()[-20000:] if server is not None else ""
             pytest.fail(f"waited {GUARD:.0f}s for {what}\n{log}")
         time.sleep(POLL)
 
@@ -181,17 +181,19 @@ class Server:
             self.process.wait(timeout=GUARD)
         except subprocess.TimeoutExpired:
             self.kill()
-            pytest.fail(f"the server did not stop on SIGTERM:\n{self.output()}")
+            pytest.fail(f"the server did not stop on SIGTERM:\n{self.output()[-20000:]}")
 
     def close(self) -> None:
         if self.starts and self.process.poll() is None:
             self.kill()
 
     def output(self) -> str:
+        """The server's log so far, without colours."""
         try:
-            return self.log.read_text(errors="replace")[-20000:]
+            text = self.log.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+        return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
     def nodes(self) -> list[str]:
         """The lines ``tests/server_app/agent.py`` logged, complete ones only."""
@@ -301,6 +303,10 @@ def test_run_killed_mid_node_is_retried_from_its_last_checkpoint(app, servers, t
     store = tmp_path / "store"
     server = servers(app, store)
     client = server.start()
+
+    # The server took our saver, and found every method it uses beyond the base contract.
+    assert "Using custom checkpointer: VerifiedSaver" in server.output()
+    assert "Custom checkpointer missing" not in server.output()
 
     thread_id = client.threads.create()["thread_id"]
     paused = client.runs.wait(thread_id, "agent", input={"topic": "tea"})
@@ -466,6 +472,23 @@ def test_a_key_file_makes_a_keyed_store(tmp_path):
     latest = open_from_env(environ).get_tuple(config)
     assert latest is not None
     assert latest.checkpoint["channel_values"] == {"count": 2}
+
+
+def test_a_key_mismatch_says_which_variable_to_change(tmp_path):
+    key_file, other_key_file = tmp_path / "key", tmp_path / "other"
+    key_file.write_bytes(KEY)
+    other_key_file.write_bytes(bytes(reversed(KEY)))
+    keyed, unkeyed = str(tmp_path / "keyed"), str(tmp_path / "unkeyed")
+    config = {"configurable": {"thread_id": "t"}}
+    graph = count_graph()
+    graph.compile(checkpointer=VerifiedSaver(keyed, key=KEY)).invoke({"count": 1}, config)
+    graph.compile(checkpointer=VerifiedSaver(unkeyed)).invoke({"count": 1}, config)
+    with pytest.raises(StoreKeyError, match=f"set {KEY_FILE_ENV} to the file"):
+        open_from_env({STORE_ENV: keyed})
+    with pytest.raises(StoreKeyError, match=f"unset {KEY_FILE_ENV}"):
+        open_from_env({STORE_ENV: unkeyed, KEY_FILE_ENV: str(key_file)})
+    with pytest.raises(StoreKeyError, match="does not hold this store's key"):
+        open_from_env({STORE_ENV: keyed, KEY_FILE_ENV: str(other_key_file)})
 
 
 def test_an_unreadable_key_file_names_the_variable(tmp_path):

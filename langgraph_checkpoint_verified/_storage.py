@@ -315,11 +315,18 @@ class FileStorage:
         won on a file no longer at its path is let go and taken again on the
         current one: whoever waited on a deleted thread's lock then sees the
         thread as it is now.
+
+        On a store this process cannot write (a read-only mount, no write
+        permission) the lock file is opened read-only, which ``flock`` accepts;
+        if there is none and none can be made, nothing is locked: no one can
+        write there through this directory's lock anyway.
         """
         directory = self._path(prefix)
         lock_path = f"{directory}/{LOCK_NAME}"
         while True:
             fd = self._open_lock_file(directory, lock_path)
+            if fd is None:
+                break
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
                 try:
@@ -335,18 +342,39 @@ class FileStorage:
         try:
             yield
         finally:
-            os.close(fd)  # closing releases the lock
+            if fd is not None:
+                os.close(fd)  # closing releases the lock
 
-    def _open_lock_file(self, directory: str, lock_path: str) -> int:
+    def _open_lock_file(self, directory: str, lock_path: str) -> int | None:
+        """A descriptor of the lock file (made if missing); ``None`` if there is none
+        and this process cannot make one."""
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        cannot_write = (errno.EACCES, errno.EPERM, errno.EROFS)  # permissions, read-only mount
         try:
-            self._ensure_dir(directory, sync=self.fsync)
+            try:
+                self._ensure_dir(directory, sync=self.fsync)
+            except OSError as exc:
+                # only a directory that cannot be made (mkdir names it) means there is
+                # nothing to lock; one made but not synced is a failed write as any
+                if exc.errno not in cannot_write or exc.filename is None:
+                    raise
+                return None
             try:
                 return os.open(lock_path, flags, _FILE_MODE)
             except FileNotFoundError:
                 self._forget_dirs()  # removed since we saw it: make it again
                 self._ensure_dir(directory, sync=self.fsync)
                 return os.open(lock_path, flags, _FILE_MODE)
+            except OSError as exc:
+                if exc.errno not in cannot_write:
+                    raise
+                try:
+                    # flock does not care how the file was opened
+                    return os.open(lock_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except FileNotFoundError:
+                    return None  # no lock file, and none can be made: nothing to lock
+                except OSError:
+                    raise exc from None
         except OSError as exc:
             raise StoreWriteError(lock_path, exc) from exc
 

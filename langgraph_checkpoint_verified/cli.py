@@ -392,13 +392,19 @@ def _verify(args: argparse.Namespace) -> int:
         _print_json({"store": saver.storage.location(""), **report.to_dict()})
     else:
         _print_report(saver, report)
-        if any(not d.reason.startswith(_MISSING_REASON) for d in report.damaged):
+        if report.needs_repair:
             where = f" --thread {thread_id}" if thread_id is not None else ""
             print(f"run `{PROG} repair {args.store}{where}` to move the damage to quarantine/")
+            if not os.access(args.store, os.W_OK):
+                print(
+                    f"note: {args.store} is read-only for this process: repair needs to write to it"
+                )
     return EXIT_OK if report.ok else EXIT_DAMAGED
 
 
 def _repair(args: argparse.Namespace) -> int:
+    from langgraph_checkpoint_verified import _keys
+
     saver = _open_existing(args, quarantine=True)
     thread_id = _thread_or_fail(saver, args.thread, args.store)
     with _progress(sys.stderr) as progress:
@@ -414,28 +420,47 @@ def _repair(args: argparse.Namespace) -> int:
         return EXIT_OK
     with _progress(sys.stderr) as progress:
         report = saver.verify(thread_id, repair=True, progress=progress)
-    for damage in report.damaged:
-        if damage.quarantined_to:
-            print(f"moved {damage.location}")
-            print(f"   to {damage.quarantined_to}")
-            print(f"      ({damage.kind or 'record'}: {damage.reason})")
-        else:
-            print(f"not moved {damage.location} ({damage.reason})")
+    moved = {d.quarantined_to: d for d in report.damaged if d.quarantined_to}
+    checkpoints_moved = {
+        u.quarantined_to: u
+        for u in report.unusable_checkpoints
+        if u.quarantined_to and u.quarantined_to not in moved
+    }
+    if report.read_only and not moved and not checkpoints_moved and not report.rewritten:
+        refusal = saver.reporter.read_only_error
+        why = f" ({refusal.strerror})" if refusal is not None and refusal.strerror else ""
+        raise CommandError(
+            f"cannot repair {args.store}: it is read-only for this process{why}, so nothing "
+            f"was moved; make it writable (or run as its owner), then run repair again"
+        )
+    location = saver.storage.location
+    for key in report.rewritten:
+        print(f"rewrote {location(key)}")
+        print("      (it now holds the channel values it kept in checkpoints moved aside)")
+    for where, damage in moved.items():
+        print(f"moved {damage.location}")
+        print(f"   to {where}")
+        print(f"      ({damage.kind or 'record'}: {damage.reason})")
+    for where, unusable in checkpoints_moved.items():
+        key = _keys.checkpoint_key(
+            unusable.thread_id, unusable.checkpoint_ns, unusable.checkpoint_id
+        )
+        print(f"moved {location(key)}")
+        print(f"   to {where}")
+        print(f"      (checkpoint that can never load: {unusable.reason})")
+    count = len(moved) + len(checkpoints_moved)
+    print(f"quarantined {count} record(s) under {location(QUARANTINE_PREFIX)}")
     after = saver.verify(thread_id)
-    moved = sum(1 for d in report.damaged if d.quarantined_to)
-    print(f"quarantined {moved} record(s) under {saver.storage.location(QUARANTINE_PREFIX)}")
     if after.ok:
         print("the store verifies now")
         return EXIT_OK
-    unusable = sorted(
-        {(u.thread_id, u.checkpoint_ns, u.checkpoint_id) for u in after.unusable_checkpoints}
-    )
-    print(
-        f"{len(unusable)} checkpoint(s) stay unusable: values they need were in damaged "
-        "records; reads skip them and fall back to older checkpoints"
-    )
-    for thread, ns, checkpoint_id in unusable:
-        print(f"  thread {thread!r}  namespace {_ns_label(ns)}  {checkpoint_id}")
+    print("what is left:")
+    _print_report(saver, after)
+    if report.read_only:
+        print(
+            f"note: parts of {args.store} are read-only for this process: make them "
+            f"writable, then run repair again"
+        )
     return EXIT_DAMAGED
 
 
@@ -447,17 +472,20 @@ def _print_report(saver: VerifiedSaver, report: VerifyReport) -> None:
     if report.ok:
         print("ok: every record verifies")
         return
-    print(f"damaged records: {len(report.damaged)}")
+    if report.damaged:
+        print(f"damaged records: {len(report.damaged)}")
     for damage in report.damaged:
         print(f"  {damage.kind or 'record'}  {damage.location}")
         print(f"      {damage.reason}")
-    print(f"unusable checkpoints: {len(report.unusable_checkpoints)}")
+    if report.unusable_checkpoints:
+        print(f"unusable checkpoints: {len(report.unusable_checkpoints)}")
     for unusable in report.unusable_checkpoints:
         print(
             f"  thread {unusable.thread_id!r}  namespace {_ns_label(unusable.checkpoint_ns)}  "
             f"{unusable.checkpoint_id}"
         )
-        print(f"      because of {unusable.because_of}")
+        print(f"      {unusable.reason}")
+        print(f"      {unusable.advice}")
 
 
 @contextlib.contextmanager

@@ -79,6 +79,7 @@ from langgraph_checkpoint_verified.errors import (
     VerifiedSaverError,
 )
 from langgraph_checkpoint_verified.recovery import (
+    CANNOT_WRITE_ERRNOS,
     Damage,
     DamageReporter,
     RecoveryStats,
@@ -270,6 +271,18 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             {"store": "marker"},
             pack({"v": 1, "keyed": bool(self.codec.key)}),
         )
+
+        def write_marker(*, replace: bool) -> bool | None:
+            # None: this process cannot write to the store. A store may be read-only
+            # for good reasons (a backup mounted read-only, a copy made to look at):
+            # it still opens, and the next saver that can write gives it its marker.
+            try:
+                return self.storage.write(STORE_MARKER_KEY, marker, replace=replace)
+            except StoreWriteError as exc:
+                if exc.errno not in CANNOT_WRITE_ERRNOS:
+                    raise
+                return None
+
         data = self.storage.read(STORE_MARKER_KEY)
         if data is None:
             # no marker (a new store, or one copied without it): the records themselves
@@ -277,8 +290,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             self._check_key_against_records()
             if not self.reporter.quarantine_enabled:
                 return  # a saver that only looks (quarantine=False) writes nothing
-            if self.storage.write(STORE_MARKER_KEY, marker, replace=False):
-                return
+            if write_marker(replace=False) is not False:
+                return  # made, or the store cannot be written: the records vouched for the key
             data = self.storage.read(STORE_MARKER_KEY)  # another process made it first
             if data is None:
                 return
@@ -314,7 +327,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self.reporter.damaged(STORE_MARKER_KEY, error, data)
         if not self.reporter.quarantine_enabled:
             return  # reported; a saver that only looks leaves it as it is
-        self.storage.write(STORE_MARKER_KEY, marker, replace=True)
+        write_marker(replace=True)
 
     # -- construction ------------------------------------------------------
 

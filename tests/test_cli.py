@@ -269,23 +269,35 @@ def test_repair_quarantines_the_damaged_newest_checkpoint(
     assert state.values["messages"][-1].content == "echo: how are you?"
 
 
-def test_repair_names_checkpoints_that_stay_unusable(
+def test_repair_moves_aside_checkpoints_that_can_never_load(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     items = history(store, "alpha")
-    # step 1's record holds the message list and counter that steps 2 and 3 refer to
+    # step 1's record holds values that later checkpoints refer to
     holder = checkpoint_file(store, by_step(items, 1))
     flip_byte(holder)
-    code, out, _ = run(capsys, "repair", store, "--thread", "alpha")
+    code, out, _ = run(capsys, "verify", store, "--thread", "alpha")
     assert code == 1
-    assert f"moved {holder}" in out.splitlines()
-    assert not holder.exists()
-    assert "2 checkpoint(s) stay unusable" in out
     unusable = [line.split()[-1] for line in out.splitlines() if line.startswith("  thread")]
-    assert unusable == sorted([by_step(items, 2), by_step(items, 3)])
-    # reads skip them; step 4 stored its own new values and still loads
-    assert [i.metadata["step"] for i in history(store, "alpha")] == [4, 0, -1]
-    assert run(capsys, "verify", store, "--thread", "alpha")[0] == 1
+    assert by_step(items, 1) in unusable and len(unusable) >= 2
+    looking = VerifiedSaver(store, quarantine=False)
+    usable = [i.metadata["step"] for i in looking.list(config("alpha"))]
+
+    code, out, _ = run(capsys, "repair", store, "--thread", "alpha")
+    assert code == 0
+    lines = out.splitlines()
+    for checkpoint_id in unusable:
+        assert f"moved {checkpoint_file_path(store, checkpoint_id)}" in lines
+    assert lines[-1] == "the store verifies now"
+    assert not holder.exists()
+    # reads return what they returned before: repair only moved what they skipped
+    assert [i.metadata["step"] for i in history(store, "alpha")] == usable
+    assert run(capsys, "verify", store, "--thread", "alpha")[0] == 0
+
+
+def checkpoint_file_path(store: Path, checkpoint_id: str) -> Path:
+    (thread_dir,) = store.glob("threads/alpha/ns/*/checkpoints")
+    return thread_dir / f"{checkpoint_id}.ckpt"
 
 
 def test_a_keyed_store_is_not_repaired_without_its_key(

@@ -1,0 +1,87 @@
+"""Makes a store read-only for this process, as a read-only mount or missing write
+permission would, when the real thing cannot be had (``chmod`` does not stop root).
+
+``install(store, code)`` makes every call that would change something under the
+store fail with ``OSError(code)``: creating, opening for writing, renaming,
+linking, removing files and directories, and ``os.access(..., W_OK)`` answers
+no. Reading (``open(path, "rb")``, ``os.open`` read-only, listing) still works,
+and nothing outside the store is touched.
+
+Run as a script, it installs that and then runs the console script as the user
+would:
+
+    python readonly_child.py STORE EROFS langgraph-verified repair STORE
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import runpy
+import sys
+from typing import Any
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def install(store: str | os.PathLike[str], code: int, patch: Any = setattr) -> None:
+    """Refuse, with ``OSError(code)``, every change under ``store`` from now on.
+
+    ``patch`` replaces an attribute of ``os``: ``setattr``, or pytest's
+    ``monkeypatch.setattr`` so that the test undoes it.
+    """
+    root = os.path.realpath(store)
+
+    def under(path: Any) -> bool:
+        if isinstance(path, int):
+            return False
+        resolved = os.path.realpath(os.fsdecode(path))
+        return resolved == root or resolved.startswith(root + os.sep)
+
+    def refuse(path: Any) -> None:
+        raise OSError(code, os.strerror(code), os.fsdecode(path))
+
+    real_open, real_access = os.open, os.access
+
+    def open_(path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
+        if flags & _WRITE_FLAGS and under(path):
+            refuse(path)
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    def access(path: Any, mode: int, **kwargs: Any) -> bool:
+        if mode & os.W_OK and under(path):
+            return False
+        return real_access(path, mode, **kwargs)
+
+    def refusing(real: Any, paths: int) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for path in args[:paths]:
+                if under(path):
+                    refuse(path)
+            return real(*args, **kwargs)
+
+        return call
+
+    patch(os, "open", open_)
+    patch(os, "access", access)
+    for name, paths in [
+        ("mkdir", 1),
+        ("makedirs", 1),
+        ("rmdir", 1),
+        ("unlink", 1),
+        ("remove", 1),
+        ("rename", 2),
+        ("replace", 2),
+        ("link", 2),
+        ("symlink", 2),
+        ("chmod", 1),
+        ("utime", 1),
+    ]:
+        patch(os, name, refusing(getattr(os, name), paths))
+
+
+if __name__ == "__main__":
+    store, code_name, script, *argv = sys.argv[1:]
+    install(store, getattr(errno, code_name))
+    sys.argv = [script, *argv]
+    runpy.run_path(script, run_name="__main__")

@@ -1,0 +1,355 @@
+"""A store this process cannot write: damage is read past and reported, nothing moves.
+
+A store may be read-only for good reasons: a backup mounted read-only, a copy
+made to look at, another user's files. Reads must still fall back past damage
+(and say that nothing was moved), a saver must open on it, the thread lock must
+be usable, and the command line must say what is wrong instead of a raw errno.
+
+Two flavours: EACCES (no write permission) and EROFS (read-only mount). Without
+root, EACCES is the real thing (``chmod -R a-w``). Root ignores write
+permissions, so as root both are simulated by refusing, with that errno, every
+call that would change the store (``readonly_child.install``); the command line
+is also run as an unprivileged user (``setpriv``) on a store that user cannot
+write, so the kernel itself refuses.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from readonly_child import install
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
+from langgraph_checkpoint_verified._keys import thread_prefix
+from langgraph_checkpoint_verified._storage import LOCK_NAME
+from langgraph_checkpoint_verified.cli import main
+
+TESTS = Path(__file__).parent
+CONSOLE_SCRIPT = Path(sys.prefix) / "bin" / "langgraph-verified"
+IS_ROOT = os.geteuid() == 0
+FLAVOURS = ["EACCES", "EROFS"]
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: int
+
+
+def reply(state: State) -> dict[str, Any]:
+    return {
+        "messages": [AIMessage(f"echo: {state['messages'][-1].content}")],
+        "turns": state.get("turns", 0) + 1,
+    }
+
+
+def build_graph(checkpointer: Any) -> Any:
+    builder = StateGraph(State)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def config(thread_id: str = "alpha") -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def checkpoint_id(item: Any) -> str:
+    return str(item.config["configurable"]["checkpoint_id"])
+
+
+def make_store(path: Path) -> list[Any]:
+    """A real graph's store: two turns of a chat. Its checkpoints, newest first."""
+    graph = build_graph(VerifiedSaver(path))
+    for text in ("hi", "how are you?"):
+        graph.invoke({"messages": [("user", text)]}, config())
+    return list(VerifiedSaver(path).list(config()))
+
+
+def damage_newest(store: Path, history: list[Any]) -> Path:
+    (path,) = store.glob(f"threads/*/ns/*/checkpoints/{checkpoint_id(history[0])}.ckpt")
+    path.write_bytes(b"junk" * 40)
+    return path
+
+
+def snapshot(store: Path) -> dict[str, bytes | None]:
+    """Every file's bytes and every directory (``None``) under the store."""
+    return {
+        str(path.relative_to(store)): None if path.is_dir() else path.read_bytes()
+        for path in sorted(store.rglob("*"))
+    }
+
+
+def set_writable(root: Path, writable: bool) -> None:
+    for path in [root, *root.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        path.chmod(mode | stat.S_IWUSR if writable else mode & ~0o222)
+
+
+@pytest.fixture(params=FLAVOURS)
+def make_read_only(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[Path], None]]:
+    """``make_read_only(store)``: from then on this process cannot change the store."""
+    chmodded: list[Path] = []
+
+    def make(store: Path) -> None:
+        if request.param == "EACCES" and not IS_ROOT:
+            set_writable(store, False)  # the real thing
+            chmodded.append(store)
+        else:
+            install(store, getattr(errno, request.param), monkeypatch.setattr)
+
+    yield make
+    for store in chmodded:
+        set_writable(store, True)
+
+
+# -- reads ----------------------------------------------------------------------------
+
+
+def test_a_damaged_read_only_store_is_read_past_and_left_as_it_is(
+    tmp_path: Path, make_read_only: Callable[[Path], None], caplog: pytest.LogCaptureFixture
+) -> None:
+    store = tmp_path / "store"
+    history = make_store(store)
+    damaged = damage_newest(store, history)
+    files = snapshot(store)
+    make_read_only(store)
+
+    seen: list[Any] = []
+    saver = VerifiedSaver(store, on_corruption=seen.append)
+    with caplog.at_level(logging.WARNING, logger="langgraph_checkpoint_verified"):
+        found = saver.get_tuple(config())
+
+    older = history[1]
+    assert found is not None
+    assert (found.config, found.checkpoint, found.metadata, found.pending_writes) == (
+        older.config,
+        older.checkpoint,
+        older.metadata,
+        older.pending_writes,
+    )
+    (damage,) = seen
+    assert (damage.location, damage.kind, damage.quarantined_to) == (
+        str(damaged),
+        "checkpoint",
+        None,
+    )
+    assert saver.stats.damaged_records == 1
+    assert saver.stats.quarantined_records == 0
+    assert saver.stats.fallbacks == 1
+    (warning,) = [r.getMessage() for r in caplog.records if str(damaged) in r.getMessage()]
+    assert "read-only" in warning and "nothing was moved" in warning
+
+    # every other way of reading goes past it the same way
+    assert [checkpoint_id(t) for t in saver.list(config())] == [
+        checkpoint_id(t) for t in history[1:]
+    ]
+    assert checkpoint_id(saver.get_tuple(history[0].config)) == checkpoint_id(older)
+    graph = build_graph(saver)
+    assert checkpoint_id(graph.get_state(config())) == checkpoint_id(older)
+    # what fails is writing, and it says so as a StoreWriteError
+    with pytest.raises(StoreWriteError):
+        graph.invoke({"messages": [("user", "again")]}, config())
+    assert snapshot(store) == files
+
+
+@pytest.mark.parametrize("marker", ["missing", "damaged"])
+def test_a_saver_opens_on_a_read_only_store(
+    tmp_path: Path, make_read_only: Callable[[Path], None], marker: str
+) -> None:
+    store = tmp_path / "store"
+    history = make_store(store)
+    marker_file = store / "store.marker"
+    if marker == "missing":
+        marker_file.unlink()  # a store copied without it
+    else:
+        marker_file.write_bytes(marker_file.read_bytes()[:-1] + b"?")
+    files = snapshot(store)
+    make_read_only(store)
+
+    seen: list[Any] = []
+    saver = VerifiedSaver(store, on_corruption=seen.append)
+    assert checkpoint_id(saver.get_tuple(config())) == checkpoint_id(history[0])
+    if marker == "damaged":
+        assert [(d.key, d.quarantined_to) for d in seen] == [("store.marker", None)]
+    else:
+        assert seen == []
+    assert snapshot(store) == files
+
+
+# -- the thread lock --------------------------------------------------------------------
+
+
+def try_lock_elsewhere(lock_file: Path, exclusive: bool) -> str:
+    """Whether another process can take the lock right now (without waiting)."""
+    code = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+        "try:\n"
+        f"    fcntl.flock(fd, {'fcntl.LOCK_EX' if exclusive else 'fcntl.LOCK_SH'}"
+        " | fcntl.LOCK_NB)\n"
+        "    print('taken')\n"
+        "except BlockingIOError:\n"
+        "    print('held')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(lock_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_the_thread_lock_still_locks_on_a_read_only_store(
+    tmp_path: Path, make_read_only: Callable[[Path], None]
+) -> None:
+    """flock works on a file opened read-only: a read-only store still has a lock."""
+    store = tmp_path / "store"
+    make_store(store)
+    lock_file = store / thread_prefix("alpha") / LOCK_NAME
+    assert lock_file.exists()
+    files = snapshot(store)
+    make_read_only(store)
+    storage = VerifiedSaver(store).storage
+
+    with storage.lock(thread_prefix("alpha"), exclusive=True):
+        assert try_lock_elsewhere(lock_file, exclusive=False) == "held"
+    with storage.lock(thread_prefix("alpha"), exclusive=False):
+        assert try_lock_elsewhere(lock_file, exclusive=False) == "taken"
+        assert try_lock_elsewhere(lock_file, exclusive=True) == "held"
+    assert try_lock_elsewhere(lock_file, exclusive=True) == "taken"
+    assert snapshot(store) == files
+
+
+def test_without_a_lock_file_a_read_only_store_is_not_locked_and_nothing_is_made(
+    tmp_path: Path, make_read_only: Callable[[Path], None]
+) -> None:
+    """No lock file, and none can be made: nobody can write there, so there is
+    nothing to exclude. Neither the file nor a missing thread's directory is made."""
+    store = tmp_path / "store"
+    make_store(store)
+    (store / thread_prefix("alpha") / LOCK_NAME).unlink()
+    files = snapshot(store)
+    make_read_only(store)
+    storage = VerifiedSaver(store).storage
+
+    for prefix in (thread_prefix("alpha"), thread_prefix("never-written")):
+        for exclusive in (True, False):
+            with storage.lock(prefix, exclusive=exclusive):
+                pass
+    assert snapshot(store) == files
+
+
+# -- the command line -------------------------------------------------------------------
+
+
+def test_verify_and_repair_say_the_store_is_read_only(
+    tmp_path: Path, make_read_only: Callable[[Path], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "store"
+    damaged = damage_newest(store, make_store(store))
+    files = snapshot(store)
+    make_read_only(store)
+
+    code = main(["verify", str(store)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert f"  checkpoint  {damaged}" in out.splitlines()
+    assert out.splitlines()[-1] == (
+        f"note: {store} is read-only for this process: repair needs to write to it"
+    )
+
+    code = main(["repair", str(store)])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and "Errno" not in err
+    assert err.startswith(f"langgraph-verified: error: cannot repair {store}: it is read-only")
+    assert "nothing was moved" in err and "make it writable" in err
+    assert snapshot(store) == files
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory an unprivileged user can reach (pytest's own is root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="lgv-readonly-"))
+    path.chmod(0o755)
+    yield path
+    set_writable(path, True)
+    shutil.rmtree(path)
+
+
+def run_console_script(store: Path, how: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``langgraph-verified``, run on a store it cannot write."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [str(CONSOLE_SCRIPT), *argv]
+    if how == "unprivileged user":
+        nobody = pwd.getpwnam("nobody")
+        command = [
+            "setpriv",
+            f"--reuid={nobody.pw_uid}",
+            f"--regid={nobody.pw_gid}",
+            "--clear-groups",
+            *command,
+        ]
+    elif how != "chmod":  # an errno name: the same fault injection as in-process
+        command = [sys.executable, str(TESTS / "readonly_child.py"), str(store), how, *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd="/")
+
+
+def read_only_ways() -> list[str]:
+    if not IS_ROOT:
+        return ["chmod", "EROFS"]
+    ways = ["EROFS", "EACCES"]
+    if shutil.which("setpriv"):
+        ways.append("unprivileged user")
+    return ways
+
+
+@pytest.mark.parametrize("how", read_only_ways())
+def test_the_console_script_on_a_read_only_store(shared_dir: Path, how: str) -> None:
+    store = shared_dir / "store"
+    history = make_store(store)
+    damaged = damage_newest(store, history)
+    if how == "unprivileged user":
+        nobody = pwd.getpwnam("nobody")
+        for path in [store, *store.rglob("*")]:
+            os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    if how in ("chmod", "unprivileged user"):
+        set_writable(store, False)
+    files = snapshot(store)
+
+    verify = run_console_script(store, how, "verify", str(store))
+    assert (verify.returncode, verify.stderr) == (1, "")
+    assert f"  checkpoint  {damaged}" in verify.stdout.splitlines()
+    assert "is read-only for this process" in verify.stdout
+
+    repair = run_console_script(store, how, "repair", str(store))
+    assert repair.returncode == 2
+    assert repair.stdout == ""
+    assert repair.stderr.count("\n") == 1
+    assert "Traceback" not in repair.stderr and "Errno" not in repair.stderr
+    assert repair.stderr.startswith(
+        f"langgraph-verified: error: cannot repair {store}: it is read-only"
+    )
+    assert snapshot(store) == files

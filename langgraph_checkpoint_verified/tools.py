@@ -51,6 +51,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import functools
 import hashlib
 import json
 import logging
@@ -66,6 +67,8 @@ from typing import Any, Literal
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph._internal._constants import CONFIG_KEY_READ
+from langgraph.channels.untracked_value import UntrackedValue
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.prebuilt import ToolNode
@@ -259,6 +262,8 @@ def _canonical(value: Any) -> Any:
 _lineages: OrderedDict[tuple[int, str, str, str], str] = OrderedDict()
 _lineages_lock = threading.Lock()
 _LINEAGES_KEPT = 1024
+# The calls of one task ask for the same lineage at once: one of them looks it up.
+_lineage_lookups: dict[tuple[int, str, str, str], threading.Event] = {}
 
 
 def lineage_checkpoint(
@@ -314,19 +319,31 @@ def lineage_checkpoint(
     if checkpointer is None:
         return checkpoint_id
     cache_key = (id(checkpointer), str(thread_id), checkpoint_ns, checkpoint_id)
-    with _lineages_lock:
-        known = _lineages.get(cache_key)
-        if known is not None:
-            _lineages.move_to_end(cache_key)
-            return known
-    lineage = checkpoint_id
-    while (continued := _continued_by(checkpointer, thread_id, checkpoint_ns, lineage)) is not None:
-        lineage = continued
-    with _lineages_lock:
-        _lineages[cache_key] = lineage
-        while len(_lineages) > _LINEAGES_KEPT:
-            _lineages.popitem(last=False)
-    return lineage
+    while True:
+        with _lineages_lock:
+            known = _lineages.get(cache_key)
+            if known is not None:
+                _lineages.move_to_end(cache_key)
+                return known
+            looking = _lineage_lookups.get(cache_key)
+            if looking is None:
+                _lineage_lookups[cache_key] = threading.Event()
+                break
+        looking.wait()  # then read the cache (or look it up, if that lookup failed)
+    try:
+        lineage = checkpoint_id
+        while (
+            continued := _continued_by(checkpointer, thread_id, checkpoint_ns, lineage)
+        ) is not None:
+            lineage = continued
+        with _lineages_lock:
+            _lineages[cache_key] = lineage
+            while len(_lineages) > _LINEAGES_KEPT:
+                _lineages.popitem(last=False)
+        return lineage
+    finally:
+        with _lineages_lock:
+            _lineage_lookups.pop(cache_key).set()
 
 
 def _continued_by(
@@ -336,12 +353,15 @@ def _continued_by(
     namespace: RunnableConfig = {
         "configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
     }
-    found = checkpointer.get_tuple(
-        {"configurable": {**namespace["configurable"], "checkpoint_id": checkpoint_id}}
-    )
+    exact: RunnableConfig = {
+        "configurable": {**namespace["configurable"], "checkpoint_id": checkpoint_id}
+    }
+    # The filter lets a saver skip decoding the state of every checkpoint that is no
+    # update, which is nearly every one.
+    found = next(iter(checkpointer.list(exact, filter={"source": "update"}, limit=1)), None)
     if found is None or found.config["configurable"].get("checkpoint_id") != checkpoint_id:
-        return None  # not saved yet (so made by the running graph), or unreadable
-    if (found.metadata or {}).get("source") != "update" or not found.parent_config:
+        return None  # no update, not saved yet (so made by the running graph), or unreadable
+    if not found.parent_config:
         return None
     parent = found.parent_config["configurable"].get("checkpoint_id")
     if parent is None:
@@ -778,7 +798,10 @@ class VerifiedToolNode(ToolNode):
         ``InjectedState("field")`` receives that field, ``InjectedState()`` the
         whole state, and a ``ToolRuntime`` the whole state among other things:
         of the runtime only its state counts. The store and the runtime context
-        are not state: reading them is like reading any outside system.
+        are not state: reading them is like reading any outside system. Nor are
+        managed values (``remaining_steps``, ``is_last_step``), which count the
+        steps of the current run, or ``UntrackedValue`` channels, which are
+        never saved: a resume sees other values in both.
         """
         injected = self._injected_args.get(call["name"])
         if injected is None or not (injected.state or injected.runtime):
@@ -786,18 +809,52 @@ class VerifiedToolNode(ToolNode):
         state = tool_runtime.state
         if isinstance(state, list):
             state = {self._messages_key: state}  # as ToolNode does for a list of messages
+        unsaved = _unsaved_names(tool_runtime.config)
         values: dict[str, Any] = {}
         for parameter, field in injected.state.items():
             if not field:
-                values[parameter] = state
+                values[parameter] = _without(state, unsaved)
+            elif field in unsaved:
+                continue
             elif isinstance(state, Mapping):
                 if field in state:
                     values[parameter] = state[field]
             elif hasattr(state, field):
                 values[parameter] = getattr(state, field)
         if injected.runtime:
-            values[injected.runtime] = state
+            values[injected.runtime] = _without(state, unsaved)
         return values
+
+
+def _unsaved_names(config: RunnableConfig | None) -> frozenset[str]:
+    """The state keys no checkpoint holds: managed values and untracked channels.
+
+    LangGraph gives every task a reader of its state, ``partial(local_read,
+    scratchpad, channels, managed, task)``; ``ToolNode`` reads the channels
+    from it the same way.
+    """
+    read = ((config or {}).get("configurable") or {}).get(CONFIG_KEY_READ)
+    if not isinstance(read, functools.partial) or len(read.args) < 3:
+        return frozenset()
+    channels, managed = read.args[1], read.args[2]
+    names = set(managed) if isinstance(managed, Mapping) else set()
+    if isinstance(channels, Mapping):
+        names.update(k for k, channel in channels.items() if isinstance(channel, UntrackedValue))
+    return frozenset(names)
+
+
+def _without(state: Any, names: frozenset[str]) -> Any:
+    """The whole state without the fields in ``names``."""
+    if not names:
+        return state
+    if isinstance(state, Mapping):
+        return {key: value for key, value in state.items() if key not in names}
+    if callable(getattr(state, "model_dump", None)):
+        return {key: value for key, value in state.model_dump().items() if key not in names}
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        fields = dataclasses.fields(state)
+        return {f.name: getattr(state, f.name) for f in fields if f.name not in names}
+    return state
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from langgraph.channels.untracked_value import UntrackedValue
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import InjectedState, ToolNode, ToolRuntime, create_react_agent
 from langgraph.prebuilt.chat_agent_executor import AgentState
@@ -273,6 +274,21 @@ def test_a_corrective_update_that_changes_nothing_a_tool_reads_reuses_every_reco
     assert answers(result["output"])["call_2"] == "sent to ann@example.com"
 
 
+def test_an_update_at_the_head_continues_its_run_even_after_prune(saver, mode):
+    """``prune`` keeps only the update; its parent (where the records belong) is gone,
+    and nothing was made between the two, so the update still continues that run."""
+    bank = Bank(fail=("lookup",))
+    graph = bank_graph(VerifiedToolNode(bank.tools), saver)
+    with pytest.raises(RuntimeError, match="lookup failed once"):
+        invoke(graph, START_INPUT, CONFIG, mode)
+    update(graph, CONFIG, {"messages": [HumanMessage("try again")]}, mode, as_node="agent")
+    saver.prune(["t1"], strategy="keep_latest")
+    assert len(list(saver.list(CONFIG))) == 1
+    output = invoke(graph, None, CONFIG, mode)
+    assert bank.count == Counter(show_balance=1, send_email=1, lookup=2)
+    assert answers(output)["call_3"] == "found order 7"
+
+
 # -- a fork, a rewind or a replay is a new call, as in ToolNode -----------------
 
 
@@ -402,6 +418,52 @@ def test_a_tool_taking_the_runtime_is_reused_on_resume_and_rerun_when_the_state_
     assert answers(result["output"])["call_1"] == "3 messages, balance 10"
 
 
+class Scratch(Account):
+    scratch: Annotated[str, UntrackedValue]
+
+
+def test_untracked_values_in_the_state_do_not_count(saver, mode):
+    """An ``UntrackedValue`` channel is never saved: the first run sees the value, a resume
+    does not. It is not part of the call."""
+    count: Counter[str] = Counter()
+    seen: list[Any] = []
+    fail = ["once"]
+
+    @tool
+    def summarize(runtime: ToolRuntime) -> str:
+        """Summarize the conversation."""
+        count["summarize"] += 1
+        seen.append(runtime.state.get("scratch"))
+        return f"{len(runtime.state['messages'])} messages"
+
+    @tool
+    def flaky() -> str:
+        """Fails once."""
+        count["flaky"] += 1
+        if fail:
+            fail.pop()
+            raise RuntimeError("flaky failed once")
+        return "ok"
+
+    def agent(state: Scratch) -> dict:
+        tool_calls = calls(("summarize", {}), ("flaky", {}))
+        return {"messages": [AIMessage("", tool_calls=tool_calls)], "scratch": "draft"}
+
+    builder = StateGraph(Scratch)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", VerifiedToolNode([summarize, flaky]))
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    graph = builder.compile(checkpointer=saver)
+
+    with pytest.raises(RuntimeError, match="flaky failed once"):
+        invoke(graph, START_INPUT, CONFIG, mode)
+    assert seen == ["draft"]
+    output = invoke(graph, None, CONFIG, mode)
+    assert count == Counter(summarize=1, flaky=2)
+    assert answers(output) == {"call_1": "2 messages", "call_2": "ok"}
+
+
 # -- one task per call (create_react_agent v2 sends each call on its own) ---------
 
 
@@ -431,17 +493,33 @@ class ReactAccount(AgentState):
 @pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_create_react_agent_reuses_state_reading_calls_on_retry(saver, mode, version):
+    """The whole state a tool is given holds managed values such as ``remaining_steps``,
+    which depend on the run, not on the thread: they are not state, and a retry (a new
+    run) still finds the records."""
     bank = Bank(fail=("lookup",))
-    script = [AIMessage("", tool_calls=THREE_CALLS), AIMessage("all done")]
+    seen: list[dict] = []
+
+    @tool
+    def summarize(runtime: ToolRuntime) -> str:
+        """Summarize the conversation."""
+        seen.append(dict(runtime.state))
+        bank.count["summarize"] += 1
+        return f"{len(runtime.state['messages'])} messages"
+
+    four_calls = [*THREE_CALLS, {"name": "summarize", "args": {}, "id": "call_4"}]
+    script = [AIMessage("", tool_calls=four_calls), AIMessage("all done")]
     model = ScriptedChatModel(script=script)
     graph = create_react_agent(
         model,
-        tools=VerifiedToolNode(bank.tools),
+        tools=VerifiedToolNode([*bank.tools, summarize]),
         state_schema=ReactAccount,
         checkpointer=saver,
         version=version,
     )
     result = recover(graph, START_INPUT, CONFIG, mode)
-    assert bank.count == Counter(show_balance=1, send_email=1, lookup=2)
+    assert bank.count == Counter(show_balance=1, send_email=1, lookup=2, summarize=1)
     assert result["output"]["messages"][-1].content == "all done"
     assert answers(result["output"])["call_1"] == "balance=10"
+    assert answers(result["output"])["call_4"] == "2 messages"
+    if version == "v1":
+        assert "remaining_steps" in seen[0]  # given to the tool, yet not compared

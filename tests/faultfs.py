@@ -460,7 +460,7 @@ class FaultFS:
                     not after[path].is_dir and contents[after[path]] != current[before[path]]
                 ):
                     report.changed.append(shown)
-            self._rewrite(after, contents)
+            self._rewrite(before, current, after, contents)
             self._start_epoch()
             return report
 
@@ -509,26 +509,39 @@ class FaultFS:
             return current[: len(durable) + self._rng.randint(0, len(current) - len(durable))]
         return durable
 
-    def _rewrite(self, after: dict[str, _Node], contents: dict[_Node, bytes]) -> None:
-        with os.scandir(self.root) as entries:
-            for entry in entries:
-                _remove_tree(entry.path)
-        written: dict[_Node, str] = {}
-        for path, node in sorted(after.items()):
-            full = os.path.join(self.root, path)
+    def _rewrite(
+        self,
+        before: dict[str, _Node],
+        current: dict[_Node, bytes],
+        after: dict[str, _Node],
+        contents: dict[_Node, bytes],
+    ) -> None:
+        """Turn the directory from ``before`` into ``after``, touching only what differs
+        (removing and remaking a whole store at every cut would cost most of a test's time)."""
+        for path in sorted(before, reverse=True):  # children before their directories
+            old, new = before[path], after.get(path)
+            if new is None or new.is_dir != old.is_dir or (not new.is_dir and new is not old):
+                full = os.path.join(self.root, path)
+                if os.path.lexists(full):
+                    _remove_tree(full)
+        paths_of: dict[_Node, list[str]] = {}
+        for path, node in sorted(after.items()):  # directories before what they hold
             if node.is_dir:
-                _real["mkdir"](full, 0o700)
-            elif node in written:
-                _real["link"](written[node], full)
+                if before.get(path) is None or not before[path].is_dir:
+                    _real["mkdir"](os.path.join(self.root, path), 0o700)
             else:
-                fd = _real["open"](full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                try:
-                    view = memoryview(contents[node])
-                    while view:
-                        view = view[_real["write"](fd, view) :]
-                finally:
-                    _real["close"](fd)
-                written[node] = full
+                paths_of.setdefault(node, []).append(path)
+        for node, paths in paths_of.items():
+            kept = [path for path in paths if before.get(path) is node]
+            if not kept:
+                _write_whole(os.path.join(self.root, paths[0]), contents[node], create=True)
+                kept = paths[:1]
+            elif current[node] != contents[node]:
+                # in place: every name it still has is the same file
+                _write_whole(os.path.join(self.root, kept[0]), contents[node], create=False)
+            for path in paths:
+                if path not in kept:
+                    _real["link"](os.path.join(self.root, kept[0]), os.path.join(self.root, path))
 
     # -- the model ------------------------------------------------------------------
 
@@ -924,6 +937,17 @@ def _read(path: str) -> bytes:
     # the builtin open() is not patched: this read is invisible to the layer
     with open(path, "rb") as f:
         return f.read()
+
+
+def _write_whole(path: str, data: bytes, *, create: bool) -> None:
+    flags = os.O_WRONLY | (os.O_CREAT | os.O_EXCL if create else os.O_TRUNC)
+    fd = _real["open"](path, flags, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[_real["write"](fd, view) :]
+    finally:
+        _real["close"](fd)
 
 
 def _remove_tree(path: str) -> None:

@@ -36,27 +36,30 @@ disk without having seen it made is listed in ``unmodelled``.
 
 Example:
     >>> import os, tempfile
-    >>> root = tempfile.mkdtemp()
-    >>> def write(name, data, *, sync_file, sync_dir):
-    ...     fd = os.open(f"{root}/{name}", os.O_WRONLY | os.O_CREAT, 0o600)
+    >>> def write(path, data, *, sync_file, sync_dir):
+    ...     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     ...     os.write(fd, data)
     ...     if sync_file:
     ...         os.fsync(fd)
     ...     os.close(fd)
     ...     if sync_dir:
-    ...         fd = os.open(root, os.O_RDONLY)
+    ...         fd = os.open(os.path.dirname(path), os.O_RDONLY)
     ...         os.fsync(fd)
     ...         os.close(fd)
-    >>> with FaultFS(root, seed=3) as disk:
-    ...     write("kept", b"durable", sync_file=True, sync_dir=True)
-    ...     write("lost", b"never synced", sync_file=False, sync_dir=False)
-    ...     report = disk.cut_power()
-    >>> open(f"{root}/kept", "rb").read()
-    b'durable'
-    >>> os.path.exists(f"{root}/lost") and open(f"{root}/lost", "rb").read()
-    False
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     with FaultFS(root, seed=3) as disk:
+    ...         write(f"{root}/kept", b"durable", sync_file=True, sync_dir=True)
+    ...         write(f"{root}/lost", b"never synced", sync_file=False, sync_dir=False)
+    ...         report = disk.cut_power()
+    ...     print(open(f"{root}/kept", "rb").read(), os.path.exists(f"{root}/lost"))
+    b'durable' False
     >>> report.lost
     ['lost']
+
+Limits: directory operations are kept or lost each on its own (a journaling file system
+would keep a prefix of them in order: any outcome it allows, this allows too); unsynced
+overwrites inside the durable content are dropped whole, never torn; a synced file is
+read back through ``/proc/self/fd`` where there is one (Linux), else through its path.
 """
 
 from __future__ import annotations
@@ -298,8 +301,7 @@ class FaultFS:
 
         Example:
             >>> import os, tempfile
-            >>> root = tempfile.mkdtemp()
-            >>> with FaultFS.counting(root) as disk:
+            >>> with tempfile.TemporaryDirectory() as root, FaultFS.counting(root) as disk:
             ...     fd = os.open(f"{root}/x", os.O_WRONLY | os.O_CREAT, 0o600)
             ...     _ = os.write(fd, b"data")
             ...     os.fsync(fd)
@@ -378,8 +380,7 @@ class FaultFS:
 
         Example:
             >>> import os, tempfile
-            >>> root = tempfile.mkdtemp()
-            >>> with FaultFS.counting(root) as disk:
+            >>> with tempfile.TemporaryDirectory() as root, FaultFS.counting(root) as disk:
             ...     os.mkdir(f"{root}/before")
             ...     with disk.capture() as ops:
             ...         os.mkdir(f"{root}/inside")
@@ -400,8 +401,7 @@ class FaultFS:
 
         Example:
             >>> import os, tempfile
-            >>> root = tempfile.mkdtemp()
-            >>> with FaultFS(root) as disk:
+            >>> with tempfile.TemporaryDirectory() as root, FaultFS(root) as disk:
             ...     fd = os.open(f"{root}/x", os.O_WRONLY | os.O_CREAT, 0o600)
             ...     _ = os.write(fd, b"data")
             ...     os.close(fd)

@@ -11,8 +11,8 @@ A record stands in for a call only when it is the same call:
 
 * the same **run of the tools task**: records are kept per *lineage
   checkpoint*, the checkpoint the task runs from, except that a checkpoint
-  ``update_state`` wrote on the thread's newest checkpoint continues the run it
-  was written on (see ``lineage_checkpoint``). A resume or retry runs the task
+  ``update_state`` wrote on the newest checkpoint of its namespace continues
+  the run it was written on (see ``lineage_checkpoint``). A resume or retry runs the task
   from the same checkpoint and finds the records; a fork, a rewind or a
   time-travel replay runs it from a new checkpoint, so every call runs again,
   as in ``ToolNode``;
@@ -20,8 +20,9 @@ A record stands in for a call only when it is the same call:
   ids removed);
 * the same **fingerprint**: tool name, arguments, and the state the tool is
   given (``InjectedState`` fields, or the whole state for ``InjectedState()``
-  and ``ToolRuntime``). The store, the runtime context and the config are not
-  state and are not compared.
+  and ``ToolRuntime``). The store, the runtime context, the config and what
+  checkpoints never save (managed values, untracked channels) are not
+  compared.
 
 The policy for one call is written once, in ``_recorded_call``, as a generator
 that yields what it needs done (read, write or delete a record, run the tool);
@@ -88,7 +89,7 @@ _POLICIES = ("error", "raise", "interrupt")
 
 _NS_SEP = "|"  # LangGraph joins nested namespaces with "|"...
 _NS_END = (
-    ":"  # ...and ends each part with ":<task_id>", which changes from checkpoint to checkpoint
+    ":"  # ...and ends each part with ":<task_id>", which differs from checkpoint to checkpoint
 )
 _LINEAGE_MARK = "@"  # between a node's stable namespace and its lineage checkpoint in record names
 
@@ -474,6 +475,9 @@ class VerifiedToolNode(ToolNode):
             ``on_unknown_outcome`` is not one of the three policies.
         TypeError: (When the node runs) the graph's checkpointer is not a
             ``VerifiedSaver`` and no ``saver=`` was given.
+        ValueError: (When the node runs) the config has no ``thread_id``, or
+            names no checkpoint for the task (the node was given a config of
+            its caller's making), or a call of an at-most-once tool has no id.
 
     Example:
         >>> from langchain_core.messages import AIMessage
@@ -751,14 +755,12 @@ class VerifiedToolNode(ToolNode):
         graph_ns = checkpoint_ns.rpartition(_NS_SEP)[0]
         checkpoint_id = (configurable.get("checkpoint_map") or {}).get(graph_ns)
         if checkpoint_id is None:
-            if name in self.at_most_once:
-                raise ValueError(
-                    f"tool call of at-most-once tool {name!r} runs outside a graph (its config "
-                    f"names no checkpoint), so it cannot be recorded; add the VerifiedToolNode "
-                    f"to a graph compiled with a checkpointer"
-                )
-            logger.warning("tool call of %r runs outside a graph: it is run without a record", name)
-            return None
+            raise ValueError(
+                f"VerifiedToolNode binds each call's record to the checkpoint its task runs "
+                f"from, but the config of the call of {name!r} names none (no "
+                f"'checkpoint_map' entry for namespace {graph_ns!r}); run the node as a node "
+                f"of a graph, or pass it the config its node was given"
+            )
         return _Task(
             saver=saver,
             checkpointer=checkpointer if isinstance(checkpointer, BaseCheckpointSaver) else None,

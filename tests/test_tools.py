@@ -367,6 +367,22 @@ def test_an_explicit_saver_serves_a_graph_without_one(tmp_path, mode):
     assert records.get_tool_record("t1", records_of(graph, config()), "call_3", "result")
 
 
+def test_a_config_that_names_no_checkpoint_is_refused_with_what_to_do(saver, mode):
+    """Called from a node with a config of its own making, the node has no checkpoint to
+    bind records to: it says so instead of running the tools unrecorded."""
+    effects = Effects()
+    tools = VerifiedToolNode(effects.tools)
+
+    def node(state: MessagesState, config) -> dict:
+        configurable = {k: v for k, v in config["configurable"].items() if k != "checkpoint_map"}
+        return tools.invoke(state, {**config, "configurable": configurable})
+
+    graph = tools_graph(node, saver)
+    with pytest.raises(ValueError, match="names none .* pass it the config its node was given"):
+        invoke(graph, {"messages": []}, config(), mode)
+    assert effects.count == Counter()
+
+
 def test_constructor_checks_its_arguments():
     with pytest.raises(ValueError, match="does not have: \\['refund'\\]"):
         VerifiedToolNode(Effects().tools, at_most_once=["refund"])

@@ -1,10 +1,11 @@
 """``export`` and ``import``: a portable, versioned JSON-lines copy of threads.
 
 The first line is the header ``{"format": "langgraph-verified-export", "version": 1}``.
-Every other line is one object with a ``"type"`` (``checkpoint``, ``writes`` or
-``tool_record``) and a ``"sha256"``: the hex digest of the line's canonical JSON
-(sorted keys, no spaces) without that field. Values are the saver's serde output
-(``{"type": ..., "data": base64}``), so an import restores them exactly.
+Every other line is one object with a ``"type"`` (``checkpoint``; ``writes``, one
+task's batch of pending writes; ``tool_record``) and a ``"sha256"``: the hex digest of
+the line's canonical JSON (sorted keys, no spaces) without that field. Values are the
+saver's serde output (``{"type": ..., "data": base64}``), so an import restores them
+exactly; pending writes keep their ``task_path`` and indices.
 """
 
 from __future__ import annotations
@@ -68,19 +69,44 @@ def export_lines(saver: VerifiedSaver, thread_ids: list[str]) -> list[dict[str, 
                         "channel_versions": dict(item.checkpoint["channel_versions"]),
                     }
                 )
-                for task_id, channel, value in item.pending_writes or ():
-                    lines.append(
-                        {
-                            "type": "writes",
-                            **where,
-                            "task_id": task_id,
-                            "task_path": "",
-                            "channel": channel,
-                            "value": _typed(saver, value),
-                        }
-                    )
+                lines.extend(_writes_lines(saver, where))
             lines.extend(_tool_lines(saver, thread_id))
             bar.advance(task)
+    return lines
+
+
+def _writes_lines(saver: VerifiedSaver, where: dict[str, str]) -> list[dict[str, Any]]:
+    """One line per stored writes record (one task's batch), with its task_path and indices."""
+    thread_id, checkpoint_ns, checkpoint_id = (
+        where["thread_id"],
+        where["checkpoint_ns"],
+        where["checkpoint_id"],
+    )
+    prefix = _keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
+    lines = []
+    for name in sorted(saver.storage.list(prefix)):
+        record = saver._read_writes(f"{prefix}/{name}", thread_id, checkpoint_ns, checkpoint_id)
+        if record is None:
+            continue  # damaged: verify reports it; an export holds what verifies
+        lines.append(
+            {
+                "type": "writes",
+                **where,
+                "task_id": record.task_id,
+                "task_path": record.task_path,
+                "writes": [
+                    {
+                        "idx": idx,
+                        "channel": channel,
+                        "value": {
+                            "type": type_,
+                            "data": base64.b64encode(data).decode("ascii"),
+                        },
+                    }
+                    for idx, channel, (type_, data) in sorted(record.writes, key=lambda w: w[0])
+                ],
+            }
+        )
     return lines
 
 
@@ -183,6 +209,8 @@ def read_export(saver: VerifiedSaver, file: str) -> list[dict[str, Any]]:
             for field in ("checkpoint", "metadata", "value"):
                 if field in line:
                     line[field] = _untyped(saver, line[field])
+            for write in line.get("writes", ()):
+                write["value"] = _untyped(saver, write["value"])
         except Exception as exc:
             raise cli.CommandError(
                 f"{file} line {number} holds a value that cannot be read ({exc}); "
@@ -226,7 +254,7 @@ def import_(
                     )
                 elif kind == "writes":
                     where = (line["thread_id"], line["checkpoint_ns"], line["checkpoint_id"])
-                    _put_write(saver, stored[where], line)
+                    _put_writes(saver, stored[where], line)
                 elif kind == "tool_record":
                     saver.put_tool_record(
                         line["thread_id"],
@@ -240,24 +268,22 @@ def import_(
                 bar.advance(task)
         print(
             f"imported {counts['checkpoint']} checkpoint(s), {counts['writes']} pending "
-            f"write(s) and {counts['tool_record']} tool record(s) into {store}"
+            f"write batch(es) and {counts['tool_record']} tool record(s) into {store}"
         )
         return cli.EXIT_OK
 
     return cli._run_guarded(body)
 
 
-_pending_regular: dict[Any, list[Any]] = {}
-
-
-def _put_write(saver: VerifiedSaver, config: Any, line: dict[str, Any]) -> None:
-    # put_writes numbers regular writes by their position within one call per task;
-    # one call per write would give each index 0, so they are re-sent together
-    channel, value = line["channel"], line["value"]
-    if channel in WRITES_IDX_MAP:
-        saver.put_writes(config, [(channel, value)], line["task_id"], line["task_path"])
-        return
-    key = (id(config), line["task_id"])
-    batch = _pending_regular.setdefault(key, [])
-    batch.append((channel, value))
-    saver.put_writes(config, list(batch), line["task_id"], line["task_path"])
+def _put_writes(saver: VerifiedSaver, config: Any, line: dict[str, Any]) -> None:
+    """Store one task's batch as the run did: ``put_writes`` numbers regular writes by
+    their position in one call, special ones (errors, interrupts) by their kind."""
+    writes = sorted(line["writes"], key=lambda write: write["idx"])
+    regular = [(w["channel"], w["value"]) for w in writes if w["channel"] not in WRITES_IDX_MAP]
+    if regular:
+        saver.put_writes(config, regular, line["task_id"], line["task_path"])
+    for w in writes:
+        if w["channel"] in WRITES_IDX_MAP:
+            saver.put_writes(
+                config, [(w["channel"], w["value"])], line["task_id"], line["task_path"]
+            )

@@ -71,4 +71,19 @@ def test_import_refuses_what_is_not_an_export(store: Path, tmp_path: Path) -> No
     other.write_text('{"hello": 1}\n')
     done = console("import", tmp_path / "copy", other)
     assert done.returncode != 0 and "is not a langgraph-verified-export file" in done.stderr
-    _ = config
+
+
+def test_parallel_branches_keep_their_task_paths_and_order(tmp_path: Path) -> None:
+    from test_migrate import FAIL_AT, build, run_with_one_failure
+
+    store, dump, copy = tmp_path / "store", tmp_path / "dump.jsonl", tmp_path / "copy"
+    run_with_one_failure(build(VerifiedSaver(store), fail_once={FAIL_AT}))
+    assert console("export", store, dump).returncode == 0
+    assert console("import", copy, dump).returncode == 0
+    (thread_id,) = {t["thread_id"] for t in ok_json("threads", store)["threads"]}
+    before = list(VerifiedSaver(store).list(config(thread_id)))
+    after = list(VerifiedSaver(copy).list(config(thread_id)))
+    assert [a.pending_writes for a in after] == [b.pending_writes for b in before]
+    assert [a.checkpoint for a in after] == [b.checkpoint for b in before]
+    paths = {json.loads(line).get("task_path") for line in dump.read_text().splitlines()[1:]}
+    assert paths - {None, ""}, "the export keeps each batch's task_path"

@@ -4,10 +4,12 @@ says precisely what a person must do.
 The rule: a record that no read can ever use again is moved aside by repair,
 byte for byte with a reason, like damage. That is a damaged record; the pending
 writes of a checkpoint that was quarantined (orphans: nothing reads them); and a
-checkpoint whose channel values were in a quarantined record (it can never
-load). Checkpoints that still load and kept a value in a record that is moved
-aside are first rewritten to hold it themselves, as ``prune`` does. What reads
-return is the same before and after repair; repair only makes it explicit.
+checkpoint whose channel values were in a damaged, quarantined or missing record
+(it can never load). Checkpoints that still load and kept a value in a record
+that is moved aside are first rewritten to hold it themselves, as ``prune``
+does. What reads return is the same before and after repair; repair only makes
+it explicit. Left alone, with advice: writes whose checkpoint may still be being
+put, and checkpoints a delta channel may be rebuilt through.
 
 Every store is written by a real ``StateGraph``: an echo chat (a message list
 and a turn counter; two turns on thread ``alpha``, one on ``beta``), or a

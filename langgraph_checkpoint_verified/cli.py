@@ -217,7 +217,7 @@ def _thread_or_fail(saver: VerifiedSaver, thread_id: str | None, store: str) -> 
     # still exists, and verify/repair must be able to name it.
     if thread_id is not None and thread_id not in saver._thread_ids():
         raise CommandError(
-            f"no thread {thread_id!r} in {store}; `{PROG} inspect {store}` lists them"
+            f"no thread {thread_id!r} in {store}; `{PROG} threads {store}` lists them"
         )
     return thread_id
 
@@ -587,7 +587,7 @@ def _resolve_id(found: dict[str, CheckpointTuple], wanted: str, thread_id: str, 
         )
     raise CommandError(
         f"no verified checkpoint {wanted!r} in thread {thread_id!r} namespace {_ns_label(ns)}; "
-        f"`{PROG} inspect STORE --thread {thread_id}` lists them"
+        f"`{PROG} history STORE {thread_id}` lists them"
     )
 
 

@@ -154,6 +154,8 @@ def test_bad_input_is_one_line_and_nonzero(store: Path, tmp_path: Path) -> None:
         assert done.returncode != 0, argv
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, argv
         assert done.stderr.startswith("langgraph-verified: error: "), argv
+    sqlite_given = console("threads", sqlite_file).stderr
+    assert "is a SQLite database, not a store" in sqlite_given and "migrate" in sqlite_given
 
 
 def test_a_damaged_store_is_marked_not_hidden(tmp_path: Path) -> None:

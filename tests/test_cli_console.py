@@ -125,8 +125,15 @@ def test_stats(store: Path) -> None:
 
 
 def test_piped_and_no_color_output_has_no_escape_codes(store: Path) -> None:
+    items = history(store, "alpha")
+    a, b = by_step(items, -1), by_step(items, 4)
     for env in ({}, {"NO_COLOR": "1", "FORCE_COLOR": ""}):
-        for argv in (("threads", store), ("history", store, "alpha"), ("show", store, "waiting")):
+        for argv in (
+            ("threads", store),
+            ("history", store, "alpha"),
+            ("show", store, "waiting"),
+            ("diff", store, "alpha", a, b),
+        ):
             done = console(*argv, env=env)
             assert done.returncode == 0
             assert not ESCAPE.search(done.stdout + done.stderr)
@@ -183,3 +190,39 @@ def test_prune_dry_run_then_keep_latest(tmp_path: Path) -> None:
     assert len(history(store, "alpha")) == 1
     assert console("prune", store, "beta", "--strategy", "delete").returncode == 0
     assert history(store, "beta") == []
+
+
+def on_a_terminal(*argv: Any, env: dict[str, str]) -> bytes:
+    """What the command prints to a terminal (a pseudo-terminal as its stdout)."""
+    import pty
+
+    main, child = pty.openpty()
+    try:
+        subprocess.run(
+            [str(SCRIPT), *map(str, argv)],
+            stdout=child,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "TERM": "xterm-256color", **env},
+            timeout=120,
+            check=True,
+        )
+    finally:
+        os.close(child)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the terminal's other side is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    return b"".join(chunks)
+
+
+def test_colour_on_a_terminal_and_none_with_no_color(store: Path) -> None:
+    argv = ("history", store, "alpha", "--limit", "1")
+    assert b"\x1b[" in on_a_terminal(*argv, env={"NO_COLOR": ""})
+    plain = on_a_terminal(*argv, env={"NO_COLOR": "1"})
+    assert b"\x1b[" not in plain and b"STATUS" in plain

@@ -222,16 +222,22 @@ def size_summary(raw: dict[str, Any], lengths: list[int], growth: tuple[int, int
     return out
 
 
-def rolling_medians(raw: dict[str, Any], half: int, every: int) -> dict[str, Any]:
-    """Per saver: the median saver and step time over a window every ``every`` steps (plots)."""
+def tile_medians(raw: dict[str, Any], every: int) -> dict[str, Any]:
+    """For the plots: per saver, the median of each run of ``every`` steps, at its middle.
+
+    Every step is in exactly one tile, so the curve uses the whole chat; the
+    tables' figures (medians of the few steps around each length) are the dots.
+    """
     series = raw["series"]
     steps = len(series[MEMORY]["step"])
-    points = sorted({*range(every, steps - half + 1, every), min(half + 1, steps)})
+    tiles = [(start, min(start + every, steps)) for start in range(0, steps, every)]
+    tiles = [(a, b) for a, b in tiles if b - a >= max(1, every // 2)]
     return {
-        "lengths": points,
+        "tile_steps": every,
+        "lengths": [(a + 1 + b) / 2 for a, b in tiles],
         **{
             name: {
-                key: [1000 * statistics.median(window(series[name][key], n, half)) for n in points]
+                key: [1000 * statistics.median(series[name][key][a:b]) for a, b in tiles]
                 for key in ("saver", "step")
             }
             for name in SAVERS
@@ -258,7 +264,7 @@ def chat_section(settings: Any, workdir: Path, progress: Any = None) -> dict[str
             "sqlite_pragma_synchronous": raw["sqlite_pragma_synchronous"],
             "checkpoints": raw["checkpoints"],
             **summarize(raw, lengths, half),
-            "rolling": rolling_medians(raw, half, settings.size_every),
+            "tiles": tile_medians(raw, settings.size_every),
         },
         "disk": size_summary(raw, lengths, tuple(settings.growth)),
     }

@@ -497,10 +497,11 @@ def plot(results: dict[str, Any], directory: Path) -> tuple[dict[str, str] | Non
         return None, "matplotlib is not installed (`pip install -e '.[bench]'`)."
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     directory.mkdir(parents=True, exist_ok=True)
     chat = results["chat"]
-    rolling = chat["rolling"]
+    tiles = chat["tiles"]
     command = results["command"]
     for key, ylabel, title in (
         ("saver", "ms per step in saver calls", "Per-step overhead of the checkpointer"),
@@ -509,7 +510,7 @@ def plot(results: dict[str, Any], directory: Path) -> tuple[dict[str, str] | Non
         fig, ax = plt.subplots(figsize=(8, 5))
         for name in SAVERS:
             color, style = _STYLE[name]
-            ax.plot(rolling["lengths"], rolling[name][key], style, color=color, label=name)
+            ax.plot(tiles["lengths"], tiles[name][key], style, color=color, label=name)
             ax.plot(
                 chat["lengths"],
                 [chat["at_length"][str(n)][name][f"{key}_ms"] for n in chat["lengths"]],
@@ -519,7 +520,9 @@ def plot(results: dict[str, Any], directory: Path) -> tuple[dict[str, str] | Non
         ax.set_xlabel("chat length (steps, ~1 KB of messages each)")
         ax.set_ylabel(ylabel)
         ax.set_title(
-            f"{title} (median of {2 * chat['half_window'] + 1} steps)\n{command}", fontsize=10
+            f"{title}: lines, median of each {tiles['tile_steps']} steps; "
+            f"dots, median of the {2 * chat['half_window'] + 1} steps around a length\n{command}",
+            fontsize=9,
         )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -543,9 +546,19 @@ def plot(results: dict[str, Any], directory: Path) -> tuple[dict[str, str] | Non
             label=label,
             markersize=3,
         )
+    ax.set_xscale("log")
+    ax.set_yscale("log")  # log-log: a line's slope is the growth, 1 linear, 2 quadratic
+    plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
     ax.set_xlabel("chat length (steps, ~1 KB of messages each)")
     ax.set_ylabel("MB on disk (du)")
-    ax.set_title(f"Bytes on disk after the chat\n{command}", fontsize=10)
+    ax.set_title(
+        f"Bytes on disk after the chat (log-log: slope 1 = linear growth, 2 = quadratic)"
+        f"\n{command}",
+        fontsize=10,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -242,6 +242,15 @@ def tile_medians(raw: dict[str, Any], every: int) -> dict[str, Any]:
             }
             for name in SAVERS
         },
+        "ratios": {
+            f"{name} / {base}": {
+                key: [
+                    paired_ratio(series[name][key][a:b], series[base][key][a:b]) for a, b in tiles
+                ]
+                for key in ("saver", "step")
+            }
+            for name, base in COMPARISONS
+        },
     }
 
 

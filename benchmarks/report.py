@@ -507,7 +507,9 @@ def plot(results: dict[str, Any], directory: Path) -> tuple[dict[str, str] | Non
         ("saver", "ms per step in saver calls", "Per-step overhead of the checkpointer"),
         ("step", "ms per graph.invoke / ainvoke", "Time per chat step"),
     ):
-        fig, ax = plt.subplots(figsize=(8, 5))
+        fig, (ax, below) = plt.subplots(
+            2, 1, figsize=(8, 8), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+        )
         for name in SAVERS:
             color, style = _STYLE[name]
             ax.plot(tiles["lengths"], tiles[name][key], style, color=color, label=name)
@@ -517,15 +519,31 @@ def plot(results: dict[str, Any], directory: Path) -> tuple[dict[str, str] | Non
                 "o",
                 color=color,
             )
-        ax.set_xlabel("chat length (steps, ~1 KB of messages each)")
         ax.set_ylabel(ylabel)
         ax.set_title(
-            f"{title}: lines, median of each {tiles['tile_steps']} steps; "
-            f"dots, median of the {2 * chat['half_window'] + 1} steps around a length\n{command}",
+            f"{title}\nlines: median of each {tiles['tile_steps']} steps; dots: median of "
+            f"the {2 * chat['half_window'] + 1} steps around each length of the tables\n"
+            f"{command}",
             fontsize=9,
         )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+        # the machine's speed drifts during the run; the paired ratios do not
+        for name, base in COMPARISONS[:3]:
+            color, style = _STYLE[name]
+            below.plot(
+                tiles["lengths"],
+                tiles["ratios"][f"{name} / {base}"][key],
+                style,
+                color=color,
+                label=f"{name} / {base_name(base)}",
+            )
+        below.axhline(1, color="black", linewidth=0.8)
+        below.set_ylim(bottom=0)
+        below.set_ylabel("ratio (median of per-step ratios)")
+        below.set_xlabel("chat length (steps, ~1 KB of messages each)")
+        below.grid(alpha=0.3)
+        below.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(directory / PLOTS["overhead" if key == "saver" else "step"], dpi=110)
         plt.close(fig)

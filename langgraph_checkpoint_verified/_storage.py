@@ -37,7 +37,7 @@ _FILE_MODE = 0o600
 class Storage(Protocol):
     """What a record store offers: whole records, written, read, listed and removed by key.
 
-    ``FileStorage`` and ``MemoryStorage`` implement it; an object store could.
+    ``FileStorage`` (``_log``) and ``MemoryStorage`` implement it; an object store could.
     """
 
     def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
@@ -95,8 +95,11 @@ class Storage(Protocol):
         ...
 
 
-class FileStorage:
-    """Records as files under one directory.
+class RecordFileStorage:
+    """Records as files under one directory, one file each.
+
+    What ``FileStorage`` keeps outside thread logs (the store marker, the
+    quarantine), and how stores were laid out before logs (still read).
 
     Every write goes to a uniquely named temporary file in the destination
     directory, is flushed and fsynced, renamed into place, and the directory is
@@ -385,10 +388,10 @@ class FileStorage:
         return f"{self._root}/{key}" if key else self._root
 
     def __repr__(self) -> str:
-        return f"FileStorage({self._root!r}, fsync={self.fsync})"
+        return f"RecordFileStorage({self._root!r}, fsync={self.fsync})"
 
 
-class _IndexedRecords(dict[str, bytes]):
+class _IndexedRecords(dict[str, Any]):
     """The memory store's records: a dict that also knows what lies under each prefix.
 
     ``children[prefix]`` counts, for each name directly under ``prefix``, the

@@ -213,6 +213,39 @@ class DamageReporter:
         )
         return where
 
+    def damaged_span(
+        self, location: str, reason: str, data: bytes, claimed_key: str | None, span_id: str
+    ) -> Damage:
+        """Handle bytes between two intact log entries that are no entry (see ``_log``).
+
+        They name no record a read could ask for, so nothing falls back because of
+        them: they are reported, and copied byte for byte to the quarantine once
+        (the log itself is only ever rewritten by compaction, which drops them).
+        """
+        damage = Damage(
+            key=claimed_key or location,
+            location=location,
+            reason=f"damaged log entry: {reason}",
+            kind=kind_name(claimed_key or ""),
+        )
+        with self._lock:
+            self.stats.damaged_records += 1
+        outcome = ""
+        if self.quarantine_enabled:
+            base = f"{QUARANTINE_PREFIX}/span-{span_id}"
+            try:
+                if self.storage.write(f"{base}.record", data, replace=False, durable=False):
+                    self._write_reason(base, damage, durable=False)
+                    with self._lock:
+                        self.stats.quarantined_records += 1
+                damage = replace(damage, quarantined_to=self.storage.location(f"{base}.record"))
+                outcome = f" (copied to {damage.quarantined_to})"
+            except OSError as exc:
+                outcome = f" (not copied: {exc})"
+        logger.warning("damaged log entry at %s: %s%s", location, reason, outcome)
+        self._notify(damage)
+        return damage
+
     def unreadable(self, key: str, error: OSError) -> Damage:
         """Handle a record that could not be read at all: report it, never move it."""
         damage = Damage(

@@ -45,6 +45,7 @@ from langgraph_checkpoint_verified._format import (
     RecordKind,
     pack,
 )
+from langgraph_checkpoint_verified._log import FileStorage
 from langgraph_checkpoint_verified._records import (
     EMPTY_TYPE,
     VALUE_FULL,
@@ -60,7 +61,7 @@ from langgraph_checkpoint_verified._records import (
     pack_typed,
     unpack_typed,
 )
-from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage, Storage
+from langgraph_checkpoint_verified._storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified._values import (
     ListMemory,
     PartsCache,
@@ -200,6 +201,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self.reporter = DamageReporter(
             self.storage, self.codec, on_corruption=on_corruption, quarantine=quarantine
         )
+        if isinstance(self.storage, FileStorage):
+            self.storage.on_damaged_span = self.reporter.damaged_span
         # What put needs of a parent (its refs), keyed by checkpoint and trusted only
         # while the parent's storage stamp is unchanged: another saver may have
         # rewritten it (prune, delete_for_runs) since.

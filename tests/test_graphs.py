@@ -27,7 +27,7 @@ from langgraph.types import Command, Send, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._storage import FileStorage
+from langgraph_checkpoint_verified import FileStorage
 
 
 class Runner:

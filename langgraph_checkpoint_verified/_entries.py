@@ -1,0 +1,173 @@
+"""The log entry: how a record is framed inside a thread's log. Bytes in, bytes out.
+
+A thread's log is a sequence of entries, each appended whole by one ``write``::
+
+    offset  size  field
+    0       4     magic            b"LGCE"
+    4       1     entry kind       1: a record stored under a key; 2: the key deleted
+    5       1     reserved         0
+    6       2     key length K     u16 little-endian
+    8       8     data length D    u64 little-endian
+    16      K     key              UTF-8, a storage key (``threads/<T>/...``)
+    16+K    D     data             the record (see ``_format``); empty for a deletion
+    16+K+D  4     checksum         CRC-32 (zlib) of bytes [0, 16+K+D)
+
+The checksum only frames the entry: it tells a complete, intact entry from a
+torn or overwritten one and lets a reader find the next entry after damage.
+What the record says, and whose it is, is checked by the record's own BLAKE2b
+digests (or MACs) and identity, as for every record.
+
+``scan`` reads a log the way a write-ahead log is read: entries in order; an
+incomplete or damaged entry at the end is a torn tail (a write cut short by a
+crash), ignored and later cut off by the next writer; a damaged stretch
+followed by intact entries is damage in the middle, reported with its bytes,
+and the scan resynchronizes on the next entry that verifies.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+ENTRY_MAGIC = b"LGCE"
+PUT = 1
+DELETE = 2
+
+_HEADER = struct.Struct("<4sBBHQ")
+HEADER_SIZE = _HEADER.size  # 16
+CHECKSUM_SIZE = 4
+MAX_KEY_SIZE = 0xFFFF
+MIN_ENTRY_SIZE = HEADER_SIZE + CHECKSUM_SIZE
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One intact entry: its kind, key, and where its data lies in the log."""
+
+    kind: int
+    key: str
+    offset: int
+    """Where the entry starts in the log."""
+    data_offset: int
+    data_size: int
+    end: int
+    """Where the next entry starts."""
+
+
+@dataclass(frozen=True)
+class DamagedSpan:
+    """Bytes between two intact entries that are not an intact entry."""
+
+    offset: int
+    end: int
+    key: str | None
+    """The key its header names, if the header and key still parse (not verified)."""
+    reason: str
+
+
+def encode_entry(kind: int, key: str, data: bytes = b"") -> bytes:
+    """One entry, ready to append.
+
+    Example:
+        >>> entry = encode_entry(PUT, "threads/t/x", b"record")
+        >>> [(e.key, entry[e.data_offset : e.data_offset + e.data_size]) for e in scan(entry)[0]]
+        [('threads/t/x', b'record')]
+    """
+    key_bytes = key.encode("utf-8", "surrogatepass")
+    if len(key_bytes) > MAX_KEY_SIZE:
+        raise ValueError(f"key of {len(key_bytes)} bytes is longer than {MAX_KEY_SIZE}")
+    body = _HEADER.pack(ENTRY_MAGIC, kind, 0, len(key_bytes), len(data)) + key_bytes + data
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def _entry_at(view: memoryview, offset: int) -> Entry | str:
+    """The intact entry starting at ``offset``, or why there is none."""
+    if len(view) - offset < MIN_ENTRY_SIZE:
+        return "incomplete entry"
+    magic, kind, reserved, key_size, data_size = _HEADER.unpack_from(view, offset)
+    if magic != ENTRY_MAGIC:
+        return "no entry starts here"
+    if kind not in (PUT, DELETE) or reserved != 0:
+        return f"unknown entry kind {kind}/{reserved}"
+    body_end = offset + HEADER_SIZE + key_size + data_size
+    if body_end + CHECKSUM_SIZE > len(view):
+        return "incomplete entry"
+    (stored,) = struct.unpack_from("<I", view, body_end)
+    if zlib.crc32(view[offset:body_end]) != stored:
+        return "entry checksum mismatch"
+    key_start = offset + HEADER_SIZE
+    try:
+        key = bytes(view[key_start : key_start + key_size]).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return "entry key is not UTF-8"
+    return Entry(
+        kind=kind,
+        key=key,
+        offset=offset,
+        data_offset=key_start + key_size,
+        data_size=data_size,
+        end=body_end + CHECKSUM_SIZE,
+    )
+
+
+def _claimed_key(view: memoryview, offset: int) -> str | None:
+    """The key a damaged entry's header claims, if it still reads as one."""
+    if len(view) - offset < HEADER_SIZE:
+        return None
+    magic, _, _, key_size, _ = _HEADER.unpack_from(view, offset)
+    key_start = offset + HEADER_SIZE
+    if magic != ENTRY_MAGIC or key_start + key_size > len(view):
+        return None
+    try:
+        return bytes(view[key_start : key_start + key_size]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[DamagedSpan], int]:
+    """Every intact entry of ``data[start:]``, the damaged spans, and where the intact log ends.
+
+    The end is where the last intact entry ends: anything after it is a torn
+    tail, never reported as damage (a writer may be appending it right now).
+
+    Example:
+        >>> log = encode_entry(PUT, "a", b"1") + b"junk" + encode_entry(PUT, "b", b"2")
+        >>> entries, damaged, end = scan(log + b"LGCE torn")
+        >>> [e.key for e in entries], [(d.offset, d.end) for d in damaged], end == len(log)
+        (['a', 'b'], [(22, 26)], True)
+    """
+    raw = bytes(data)
+    view = memoryview(raw)
+    entries: list[Entry] = []
+    damaged: list[DamagedSpan] = []
+    offset = start
+    end = start
+    while offset < len(view):
+        found = _entry_at(view, offset)
+        if isinstance(found, Entry):
+            entries.append(found)
+            offset = end = found.end
+            continue
+        following = _next_entry(raw, view, offset + 1)
+        if following is None:
+            break  # nothing intact after it: a torn tail
+        damaged.append(
+            DamagedSpan(
+                offset=offset, end=following.offset, key=_claimed_key(view, offset), reason=found
+            )
+        )
+        offset = following.offset
+    return entries, damaged, end
+
+
+def _next_entry(raw: bytes, view: memoryview, offset: int) -> Entry | None:
+    """The first intact entry at or after ``offset`` (resynchronization)."""
+    while True:
+        found_at = raw.find(ENTRY_MAGIC, offset)
+        if found_at < 0:
+            return None
+        found = _entry_at(view, found_at)
+        if isinstance(found, Entry):
+            return found
+        offset = found_at + 1

@@ -27,6 +27,7 @@ entries, and ``compact`` folds them into the log.
 
 from __future__ import annotations
 
+import builtins
 import os
 import secrets
 import sys
@@ -235,7 +236,7 @@ class FileStorage:
         *,
         replace: bool = True,
         durable: bool = True,
-    ) -> list[bool]:
+    ) -> builtins.list[bool]:
         """Write several records; those of one thread cost one append and one sync.
 
         With ``replace=False``, a key that exists keeps its record (``False`` for it).
@@ -268,7 +269,7 @@ class FileStorage:
         *,
         replace: bool = True,
         durable: bool = True,
-    ) -> list[bool]:
+    ) -> builtins.list[bool]:
         with log.lock, self._appending(log) as fd:
             self._refresh(log)
             chosen = [replace or kind != PUT or key not in log.index for kind, key, _ in entries]

@@ -7,6 +7,7 @@ segments that ``_keys`` has already made safe.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import hashlib
 import os
@@ -16,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -92,6 +93,16 @@ class Storage(Protocol):
 
     def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
         """Hold a lock on ``prefix``, shared or exclusive, across processes using the store."""
+        ...
+
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        """``write`` for several records at once (one durable step where the store can)."""
+        ...
+
+    def compact(self, prefix: str) -> None:
+        """Reclaim the space of records deleted or replaced under a thread ``prefix``."""
         ...
 
 
@@ -387,6 +398,14 @@ class RecordFileStorage:
             raise ValueError(f"unsafe storage key {key!r}")
         return f"{self._root}/{key}" if key else self._root
 
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        return [self.write(k, d, replace=replace, durable=durable) for k, d in items]
+
+    def compact(self, prefix: str) -> None:
+        """Nothing to reclaim: a deleted file is gone."""
+
     def __repr__(self) -> str:
         return f"RecordFileStorage({self._root!r}, fsync={self.fsync})"
 
@@ -420,7 +439,7 @@ class _IndexedRecords(dict[str, Any]):
                     del self.children[parent]
             end = after
 
-    def __setitem__(self, key: str, value: bytes) -> None:
+    def __setitem__(self, key: str, value: Any) -> None:
         if key not in self:
             self._count(key, 1)
         super().__setitem__(key, value)
@@ -436,7 +455,7 @@ class _IndexedRecords(dict[str, Any]):
             return value
         return super().pop(key, *default)
 
-    def popitem(self) -> tuple[str, bytes]:
+    def popitem(self) -> tuple[str, Any]:
         key, value = super().popitem()
         self._count(key, -1)
         return key, value
@@ -554,6 +573,14 @@ class MemoryStorage:
     def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
         with self._lock:
             yield
+
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        return [self.write(k, d, replace=replace, durable=durable) for k, d in items]
+
+    def compact(self, prefix: str) -> None:
+        """Nothing to reclaim: a deleted record is gone."""
 
     def __repr__(self) -> str:
         return f"MemoryStorage({len(self._records)} records)"

@@ -1357,6 +1357,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                     }
                     if doomed:
                         self._remove_checkpoints(thread_id, checkpoint_ns, records, doomed)
+                # one durable rewrite of the thread, without what was removed
+                self.storage.compact(_keys.thread_prefix(thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``"keep_latest"`` keeps the newest verified checkpoint per namespace
@@ -1386,13 +1388,16 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 if strategy == "delete":
                     self.storage.delete_tree(_keys.namespaces_prefix(thread_id))
                     self._forget_thread(thread_id)
-                    continue
-                for checkpoint_ns in self._namespaces(thread_id):
-                    latest = self._latest(thread_id, checkpoint_ns, {}, strict=False)
-                    records = self._records_of(thread_id, checkpoint_ns)
-                    keep = latest.config["configurable"]["checkpoint_id"] if latest else None
-                    kept = {keep} | self._delta_ancestors(latest)
-                    self._remove_checkpoints(thread_id, checkpoint_ns, records, set(records) - kept)
+                else:
+                    for checkpoint_ns in self._namespaces(thread_id):
+                        latest = self._latest(thread_id, checkpoint_ns, {}, strict=False)
+                        records = self._records_of(thread_id, checkpoint_ns)
+                        keep = latest.config["configurable"]["checkpoint_id"] if latest else None
+                        kept = {keep} | self._delta_ancestors(latest)
+                        doomed = set(records) - kept
+                        self._remove_checkpoints(thread_id, checkpoint_ns, records, doomed)
+                # one durable rewrite of the thread, without what was removed
+                self.storage.compact(_keys.thread_prefix(thread_id))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every verified record of a thread (checkpoints, writes, tool records) to another.
@@ -1415,6 +1420,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             return
         source_prefix = _keys.thread_prefix(source)
         checkpoints: builtins.list[tuple[str, bytes]] = []
+        others: builtins.list[tuple[str, bytes]] = []
         for key in list(self.storage.walk(source_prefix)):
             data = self.storage.read(key)
             if data is None:
@@ -1434,9 +1440,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             if header.kind is RecordKind.CHECKPOINT:
                 checkpoints.append((target_key, copied))  # last, so they never point at nothing
             else:
-                self.storage.write(target_key, copied)
-        for target_key, copied in sorted(checkpoints):
-            self.storage.write(target_key, copied)
+                others.append((target_key, copied))
+        self.storage.write_many(others + sorted(checkpoints))
 
     def _records_of(self, thread_id: str, checkpoint_ns: str) -> dict[str, CheckpointRecord]:
         """Every checkpoint record of a namespace that verifies (damage is reported)."""

@@ -10,7 +10,7 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._storage import FileStorage
+from langgraph_checkpoint_verified import FileStorage
 
 # a latest checkpoint is one record, plus the records holding its unchanged
 # values (one per channel at most) and its pending writes: a small constant

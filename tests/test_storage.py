@@ -3,7 +3,7 @@
 * ``MemoryStorage`` indexes keys by prefix; ``list`` and ``walk`` must answer
   exactly what a scan of every key would, whatever changed the records
   (the storage's own methods, or the dict changed by hand as tests do).
-* ``FileStorage`` remembers the directories it made; one removed since
+* ``RecordFileStorage`` remembers the directories it made; one removed since
   (``delete_thread``, ``prune``, another process, a person) is made again.
 * Quarantine moves the exact bytes aside with a reason, and its writes are
   the only ones that skip fsync: acknowledged writes stay durable.
@@ -21,7 +21,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from langgraph_checkpoint_verified import VerifiedSaver, _keys, _storage
 from langgraph_checkpoint_verified._format import RecordKind
-from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage
+from langgraph_checkpoint_verified._storage import RecordFileStorage, MemoryStorage
 
 # -- MemoryStorage's index ------------------------------------------------------
 
@@ -121,7 +121,7 @@ def test_memory_list_of_a_thread_ignores_other_threads():
     assert len(saver.storage.list("threads")) == 30
 
 
-# -- FileStorage's directories --------------------------------------------------
+# -- RecordFileStorage's directories --------------------------------------------------
 
 
 def put_one(saver: VerifiedSaver, thread_id: str, value: int, parent: dict | None = None) -> dict:
@@ -172,11 +172,11 @@ def test_put_after_prune_delete_makes_its_directories_again(tmp_path):
 
 @pytest.mark.parametrize("removed_by", ["another storage", "rmtree"])
 def test_file_write_and_lock_make_a_removed_directory_again(tmp_path, removed_by):
-    storage = FileStorage(tmp_path / "s")
+    storage = RecordFileStorage(tmp_path / "s")
 
     def remove():
         if removed_by == "another storage":
-            FileStorage(tmp_path / "s").delete_tree("a")
+            RecordFileStorage(tmp_path / "s").delete_tree("a")
         else:
             shutil.rmtree(tmp_path / "s" / "a")
 
@@ -221,7 +221,7 @@ def test_quarantine_after_its_directory_was_removed(tmp_path):
 
 
 def test_file_list_hides_temp_and_lock_files_whatever_the_other_names(tmp_path):
-    storage = FileStorage(tmp_path / "store", fsync=False)
+    storage = RecordFileStorage(tmp_path / "store", fsync=False)
     storage.write("d/-first", b"1")  # sorts before "." : the careful path
     storage.write("d/plain", b"2")
     with storage.lock("d", exclusive=True):
@@ -302,7 +302,7 @@ def test_acknowledged_writes_are_fsynced_and_quarantine_notes_are_not(tmp_path, 
 
 @pytest.mark.parametrize("backend", ["files", "memory"])
 def test_write_not_durable_is_still_a_whole_record(tmp_path, backend):
-    storage = FileStorage(tmp_path / "s") if backend == "files" else MemoryStorage()
+    storage = RecordFileStorage(tmp_path / "s") if backend == "files" else MemoryStorage()
     assert storage.write("q/a", b"first", durable=False)
     assert storage.write("q/a", b"second", durable=False)
     assert not storage.write("q/a", b"third", replace=False, durable=False)

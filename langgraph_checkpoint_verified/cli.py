@@ -24,7 +24,7 @@ import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -71,18 +71,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["inspect", "/no/such/store"])
         2
     """
+    from langgraph_checkpoint_verified._cli_app import run
+
+    return run(argv)
+
+
+def legacy_main(argv: Sequence[str]) -> int:
+    """The argparse commands (``inspect``, ``verify``, ``repair``, ``diff``, ``migrate``)."""
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the usage and why
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
+    return _run_guarded(lambda: args.run(args))
+
+
+def _run_guarded(body: Callable[[], int]) -> int:
+    """Run a command: one line on stderr and exit 2 when it cannot run, never a traceback."""
     library_logger = logging.getLogger("langgraph_checkpoint_verified")
     previous_level = library_logger.level
     # Damage is reported by the commands themselves, once and in order; the
     # library's per-record warnings would repeat it on stderr.
     library_logger.setLevel(logging.ERROR)
     try:
-        return int(args.run(args))
+        return int(body())
     except BrokenPipeError:
         # the reader went away (`export ... | head`): not an error, and Python
         # must not complain again when it flushes stdout at exit

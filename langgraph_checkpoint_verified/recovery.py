@@ -5,7 +5,8 @@ passes through: it logs to the ``langgraph_checkpoint_verified`` logger, calls
 the user's ``on_corruption`` callback, quarantines the record (moves it under
 ``quarantine/`` with a reason record beside it; nothing is deleted), and keeps
 counters. ``verify_store`` scans a whole store (or one thread) and returns a
-``VerifyReport``.
+``VerifyReport``; with ``repair`` it also moves aside every record no read can
+use any more, so that the store verifies afterwards.
 """
 
 from __future__ import annotations
@@ -174,9 +175,9 @@ class DamageReporter:
     def set_aside(self, damage: Damage, data: bytes) -> tuple[Damage, OSError | None]:
         """Quarantine a record that verifies but that no read can use any more.
 
-        For ``verify(repair=True)`` only: pending writes whose checkpoint was
-        quarantined. ``damage.reason`` says why; it is not counted as damage nor
-        passed to ``on_corruption`` (nothing was found damaged on a read).
+        For ``verify(repair=True)`` only: pending writes whose checkpoint is gone
+        or can never load. ``damage.reason`` says why; it is not counted as damage
+        nor passed to ``on_corruption`` (nothing was found damaged on a read).
         Returns the ``Damage`` with ``quarantined_to`` set if it was moved, and
         the error that kept it from being moved, if any.
         """
@@ -191,9 +192,9 @@ class DamageReporter:
     def keep_copy(self, damage: Damage, data: bytes) -> str:
         """Durably copy a record into the quarantine, with its reason, and return where.
 
-        For ``verify(repair=True)``, before it removes a checkpoint that can never
-        load: the checkpoints that still load are first rewritten not to need it
-        (``VerifiedSaver._remove_checkpoints``), which is done on the original.
+        For ``verify(repair=True)``, for a checkpoint that can never load: the
+        original stays until the checkpoints that still load are rewritten not to
+        need it, then goes (``VerifiedSaver._remove_checkpoints``).
 
         Raises:
             StoreWriteError: The copy could not be written.
@@ -678,15 +679,21 @@ def _judge(saver: Any, scan: _Scan, quarantined: dict[str, dict[str, Any]]) -> _
         older = [c for c in known.get(owner[:2], ()) if c < owner[2]]
         return max(older) if older else None
 
+    resumes: dict[Owner, str | None] = {}  # every checkpoint a walk passed: same answer
+
     def resume_from(owner: Owner) -> str | None:
-        seen = {owner[2]}
+        passed = {owner}
         current = parent_of(owner)
-        while current is not None and current not in seen:
-            seen.add(current)
-            if (*owner[:2], current) in usable:
-                return current
-            current = parent_of((*owner[:2], current))
-        return None
+        found = None
+        while current is not None and (*owner[:2], current) not in passed:
+            ancestor = (*owner[:2], current)
+            if ancestor in usable or ancestor in resumes:
+                found = current if ancestor in usable else resumes[ancestor]
+                break
+            passed.add(ancestor)
+            current = parent_of(ancestor)
+        resumes.update(dict.fromkeys(passed, found))
+        return found
 
     def unusable(owner: Owner, because_of: str, reason: str, advice: str, repairable: bool) -> None:
         found = resume_from(owner)

@@ -1738,12 +1738,18 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
         Args:
             thread_id: Only this thread; ``None`` for the whole store.
-            repair: Quarantine every damaged record found.
+            repair: Move aside (quarantine) every record no read can use any
+                more: damaged records, the pending writes of a quarantined
+                checkpoint, and checkpoints that can never load, after the
+                checkpoints that still load are rewritten to hold the values
+                they kept in them. Reads return the same before and after; a
+                later ``verify()`` passes, or its report says what is left and
+                what to do (see docs/recovery.md).
             progress: Called as ``progress(done, total)`` while records are checked.
 
         Returns:
             A ``VerifyReport`` naming each damaged record and each checkpoint it
-            makes unusable.
+            makes unusable, with the checkpoint reads fall back to instead.
 
         Example:
             >>> saver = VerifiedSaver.in_memory()

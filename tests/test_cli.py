@@ -353,13 +353,13 @@ def test_errors_are_one_line_and_exit_2(
     assert err.count("\n") == 1 and "no thread 'gamma'" in err
 
     items = history(store, "alpha")
-    code, _, err = run(capsys, "diff", store, "--thread", "alpha", "nope", by_step(items, 1))
+    code, _, err = run(capsys, "diff", store, "alpha", "nope", by_step(items, 1))
     assert code == 2 and "no verified checkpoint 'nope'" in err
-    code, _, err = run(capsys, "diff", store, "--thread", "alpha", "1", by_step(items, 1))
+    code, _, err = run(capsys, "diff", store, "alpha", "1", by_step(items, 1))
     assert code == 2 and "is the start of 6 checkpoint ids" in err
 
-    code, _, err = run(capsys, "diff", store, "A")  # argparse: missing arguments
-    assert code == 2 and "required" in err
+    code, _, err = run(capsys, "diff", store, "A")  # missing arguments
+    assert (code, err) == (2, "langgraph-verified: error: Missing argument 'A'.\n")
 
     (tmp_path / "short-key").write_bytes(b"short")
     code, _, err = run(capsys, "verify", store, "--key-file", tmp_path / "short-key")
@@ -374,7 +374,7 @@ def test_diff_names_changed_channels_and_added_messages(
 ) -> None:
     items = history(store, "alpha")
     first_turn, second_turn = by_step(items, 1), by_step(items, 4)
-    code, out, _ = run(capsys, "diff", store, "--thread", "alpha", first_turn[:13], second_turn)
+    code, out, _ = run(capsys, "diff", store, "alpha", first_turn[:13], second_turn)
     assert code == 0
     assert out.splitlines() == [
         "thread 'alpha'  namespace (root)",
@@ -386,9 +386,7 @@ def test_diff_names_changed_channels_and_added_messages(
         "~ turns: 1 -> 2",
     ]
 
-    code, out, _ = run(
-        capsys, "diff", store, "--thread", "alpha", by_step(items, -1), first_turn, "--json"
-    )
+    code, out, _ = run(capsys, "diff", store, "alpha", by_step(items, -1), first_turn, "--json")
     changes = {c["channel"]: c for c in json.loads(out)["changes"]}
     assert code == 0
     assert changes["__start__"]["change"] == "removed"
@@ -396,62 +394,8 @@ def test_diff_names_changed_channels_and_added_messages(
     added = [load(m) for m in changes["messages"]["b"]]
     assert [type(m) for m in added] == [HumanMessage, AIMessage]
 
-    code, out, _ = run(capsys, "diff", store, "--thread", "alpha", second_turn, second_turn)
+    code, out, _ = run(capsys, "diff", store, "alpha", second_turn, second_turn)
     assert (code, out.splitlines()[-1]) == (0, "no channel differs")
-
-
-def test_export_writes_verified_checkpoints_as_json_lines(
-    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out, _ = run(capsys, "export", store, "--thread", "alpha")
-    assert code == 0
-    lines = [json.loads(line) for line in out.splitlines()]
-    expected = list(reversed(history(store, "alpha")))  # oldest first
-    assert [line["checkpoint_id"] for line in lines] == [
-        e.config["configurable"]["checkpoint_id"] for e in expected
-    ]
-    assert [line["parent_checkpoint_id"] for line in lines] == [
-        e.parent_config["configurable"]["checkpoint_id"] if e.parent_config else None
-        for e in expected
-    ]
-    assert [line["metadata"] for line in lines] == [e.metadata for e in expected]
-    newest, newest_line = expected[-1], lines[-1]
-    assert newest_line["channel_values"]["turns"] == 2
-    assert [load(m) for m in newest_line["channel_values"]["messages"]] == newest.checkpoint[
-        "channel_values"
-    ]["messages"]
-
-    target = tmp_path / "alpha.jsonl"
-    code, out, err = run(capsys, "export", store, "--thread", "alpha", "-o", target)
-    assert (code, out) == (0, "")
-    assert err == f"exported 6 checkpoints of thread 'alpha' to {target}\n"
-    assert [json.loads(line) for line in target.read_text().splitlines()] == lines
-
-
-def test_export_writes_values_without_a_json_form_as_repr(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    store = tmp_path / "store"
-    saver = VerifiedSaver(store)
-    checkpoint = {
-        "v": 4,
-        "id": "1f000000-0000-6000-8000-000000000001",
-        "ts": "2025-01-01T00:00:00+00:00",
-        "channel_values": {"seen": {3, 1, 2}, "raw": b"\x00\x01", "name": "x"},
-        "channel_versions": {"seen": "1", "raw": "1", "name": "1"},
-        "versions_seen": {},
-        "updated_channels": None,
-    }
-    saver.put(
-        config("odd"),
-        checkpoint,
-        {"source": "input", "step": -1},
-        {"seen": "1", "raw": "1", "name": "1"},
-    )
-    code, out, _ = run(capsys, "export", store, "--thread", "odd")
-    (line,) = [json.loads(x) for x in out.splitlines()]
-    assert code == 0
-    assert line["channel_values"] == {"name": "x", "raw": "b'\\x00\\x01'", "seen": "{1, 2, 3}"}
 
 
 # -- migrate -------------------------------------------------------------------------------

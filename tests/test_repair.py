@@ -4,10 +4,12 @@ says precisely what a person must do.
 The rule: a record that no read can ever use again is moved aside by repair,
 byte for byte with a reason, like damage. That is a damaged record; the pending
 writes of a checkpoint that was quarantined (orphans: nothing reads them); and a
-checkpoint whose channel values were in a quarantined record (it can never
-load). Checkpoints that still load and kept a value in a record that is moved
-aside are first rewritten to hold it themselves, as ``prune`` does. What reads
-return is the same before and after repair; repair only makes it explicit.
+checkpoint whose channel values were in a damaged, quarantined or missing record
+(it can never load). Checkpoints that still load and kept a value in a record
+that is moved aside are first rewritten to hold it themselves, as ``prune``
+does. What reads return is the same before and after repair; repair only makes
+it explicit. Left alone, with advice: writes whose checkpoint may still be being
+put, and checkpoints a delta channel may be rebuilt through.
 
 Every store is written by a real ``StateGraph``: an echo chat (a message list
 and a turn counter; two turns on thread ``alpha``, one on ``beta``), or a
@@ -37,14 +39,21 @@ from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import MemoryStorage, VerifiedSaver, _keys
+from langgraph_checkpoint_verified import (
+    CheckpointDamagedError,
+    MemoryStorage,
+    VerifiedSaver,
+    _keys,
+)
 from langgraph_checkpoint_verified._format import RecordKind
 from langgraph_checkpoint_verified._records import decode_checkpoint
+from langgraph_checkpoint_verified.recovery import Damage
 
 CONSOLE_SCRIPT = Path(sys.prefix) / "bin" / "langgraph-verified"
 BACKENDS = ["files", "memory"]
@@ -504,3 +513,83 @@ def test_the_console_script_names_what_repair_moved_and_rewrote(tmp_path: Path) 
         f"quarantined {len(store.quarantine())} record(s) under {location('quarantine')}",
         "the store verifies now",
     ]
+
+
+# -- delta channels -------------------------------------------------------------------------
+
+
+def extend(state: list, batches: list[list]) -> list:
+    out = list(state)
+    for batch in batches:
+        out.extend(batch)
+    return out
+
+
+class DeltaState(TypedDict):
+    items: Annotated[list, DeltaChannel(extend, snapshot_frequency=4)]
+    count: int
+    until: int
+
+
+def build_delta(checkpointer: Any) -> Any:
+    """Two parallel nodes append to a delta channel, a join counts; as in test_delta_channels."""
+    builder = StateGraph(DeltaState)
+    builder.add_node("left", lambda state: {"items": [f"L{state['count']}"]})
+    builder.add_node("right", lambda state: {"items": [f"R{state['count']}"]})
+    builder.add_node("join", lambda state: {"count": state["count"] + 1})
+    builder.add_edge(START, "left")
+    builder.add_edge(START, "right")
+    builder.add_edge(["left", "right"], "join")
+    builder.add_conditional_edges(
+        "join",
+        lambda state: ["left", "right"] if state["count"] < state["until"] else END,
+        ["left", "right", END],
+    )
+    return builder.compile(checkpointer=checkpointer)
+
+
+def test_repair_keeps_the_checkpoints_a_delta_channel_is_rebuilt_through(tmp_path: Path) -> None:
+    """Step 6 holds ``count`` for steps 7 to 9, which can then never load; but the
+    newest checkpoint's ``items`` is rebuilt by walking back through them to the
+    snapshot at step 7. Repair moves the damage and leaves them, and says so."""
+    root = tmp_path / "store"
+    graph = build_delta(VerifiedSaver(root))
+    graph.invoke({"items": ["in"], "count": 0, "until": 3}, ALPHA)
+    graph.invoke({"items": ["more"], "until": 5}, ALPHA)
+    steps = {
+        item.metadata["step"]: item.config["configurable"]["checkpoint_id"]
+        for item in VerifiedSaver(root).list(ALPHA)
+    }
+    newest = VerifiedSaver(root).get_tuple(ALPHA)
+    assert "items" not in newest.checkpoint["channel_values"], "rebuilt from its ancestors"
+    (root / _keys.checkpoint_key("alpha", "", steps[6])).write_bytes(JUNK)
+    looking = build_delta(VerifiedSaver(root, quarantine=False))
+    state = looking.get_state(ALPHA)
+    assert state.config["configurable"]["checkpoint_id"] == steps[max(steps)]
+
+    report = VerifiedSaver(root).verify()
+    kept = {u.checkpoint_id: u for u in report.unusable_checkpoints if u.checkpoint_id != steps[6]}
+    assert set(kept) >= {steps[7]}
+    for entry in kept.values():
+        assert not entry.repairable
+        assert entry.advice.startswith("repair leaves it, as delta channels")
+        assert "prune the thread" in entry.advice
+
+    repaired = VerifiedSaver(root).verify(repair=True)
+    assert [d.key for d in repaired.damaged if d.quarantined_to and d.kind == "checkpoint"] == [
+        _keys.checkpoint_key("alpha", "", steps[6])
+    ]
+    for checkpoint_id in kept:
+        assert (root / _keys.checkpoint_key("alpha", "", checkpoint_id)).exists()
+    assert build_delta(VerifiedSaver(root)).get_state(ALPHA).values == state.values
+    after = VerifiedSaver(root).verify()
+    assert {u.checkpoint_id for u in after.unusable_checkpoints} == set(kept)
+    assert not after.needs_repair and after.damaged == []
+
+    # they are needed: moved aside, the newest checkpoint's items could not be rebuilt
+    saver = VerifiedSaver(root)
+    key = _keys.checkpoint_key("alpha", "", steps[7])
+    as_if_moved = Damage(key, saver.storage.location(key), "unusable", "checkpoint", None)
+    assert saver.reporter.set_aside(as_if_moved, saver.storage.read(key))[0].quarantined_to
+    with pytest.raises(CheckpointDamagedError):
+        build_delta(saver).get_state(ALPHA)

@@ -1,0 +1,183 @@
+"""The ``langgraph-verified`` console script as a real process, on stores written by real graphs.
+
+Covers threads, history, show, stats, prune, export and import, ``--json``, ``--version``,
+colour (none when piped or with ``NO_COLOR``) and one-line errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+from test_cli import (
+    build_graph,
+    by_step,
+    checkpoint_file,
+    config,
+    flip_byte,
+    history,
+    run_conversations,
+)
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_verified import VerifiedSaver
+
+SCRIPT = Path(sys.executable).parent / "langgraph-verified"
+ESCAPE = re.compile(r"\x1b\[")
+
+
+def console(*argv: Any, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def ok_json(*argv: Any) -> Any:
+    done = console(*argv, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+class Approval(TypedDict):
+    request: str
+    answer: str
+
+
+def ask(state: Approval) -> dict[str, Any]:
+    return {"answer": interrupt({"question": f"approve {state['request']}?"})}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("console") / "store"
+    saver = VerifiedSaver(path)
+    run_conversations(build_graph(saver))
+    builder = StateGraph(Approval)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", END)
+    builder.compile(checkpointer=saver).invoke({"request": "refund"}, config("waiting"))
+    return path
+
+
+def test_version_and_help() -> None:
+    done = console("--version")
+    assert (done.returncode, done.stdout) == (
+        0,
+        f"langgraph-verified {version('langgraph-checkpoint-verified')}\n",
+    )
+    usage = console("--help")
+    for command in ("threads", "history", "show", "stats", "prune", "export", "import", "migrate"):
+        assert command in usage.stdout
+
+
+def test_threads_names_counts_and_interrupts(store: Path) -> None:
+    found = {t["thread_id"]: t for t in ok_json("threads", store)["threads"]}
+    assert sorted(found) == ["alpha", "beta", "waiting"]
+    assert (found["alpha"]["checkpoints"], found["alpha"]["last_step"]) == (6, 4)
+    assert found["alpha"]["interrupts"] == [] and found["alpha"]["bytes"] > 0
+    (waiting,) = found["waiting"]["interrupts"]
+    assert waiting["value"] == {"question": "approve refund?"}
+    table = console("threads", store)
+    assert table.returncode == 0 and "approve refund?" in table.stdout
+
+
+def test_history_newest_first_with_changed_channels(store: Path) -> None:
+    rows = ok_json("history", store, "alpha")["checkpoints"]
+    assert [r["step"] for r in rows] == [4, 3, 2, 1, 0, -1]
+    assert rows[0]["changed_channels"] == ["branch:to:reply", "messages", "turns"] or set(
+        rows[0]["changed_channels"]
+    ) >= {"messages", "turns"}
+    assert all(r["status"] == "ok" for r in rows)
+    assert len(ok_json("history", store, "alpha", "--limit", "2")["checkpoints"]) == 2
+
+
+def test_show_reads_messages_next_nodes_and_interrupts(store: Path) -> None:
+    state = ok_json("show", store, "alpha")
+    assert state["step"] == 4 and sorted(state["channels"]) == ["messages", "turns"]
+    text = console("show", store, "alpha").stdout
+    assert "human: how are you?" in text and "ai: echo: how are you?" in text
+    waiting = ok_json("show", store, "waiting")
+    assert waiting["next"] == ["ask"]
+    assert waiting["interrupts"][0]["value"] == {"question": "approve refund?"}
+    assert "branch:to:ask" in ok_json("show", store, "waiting", "--all")["channels"]
+    first = history(store, "alpha")[-1].config["configurable"]["checkpoint_id"]
+    assert ok_json("show", store, "alpha", "--checkpoint", first)["step"] == -1
+
+
+def test_stats(store: Path) -> None:
+    stats = ok_json("stats", store)
+    assert (stats["threads"], stats["quarantined_records"]) == (3, 0)
+    assert stats["checkpoints"] >= 11 and stats["compression_ratio"] > 1
+
+
+def test_piped_and_no_color_output_has_no_escape_codes(store: Path) -> None:
+    for env in ({}, {"NO_COLOR": "1", "FORCE_COLOR": ""}):
+        for argv in (("threads", store), ("history", store, "alpha"), ("show", store, "waiting")):
+            done = console(*argv, env=env)
+            assert done.returncode == 0
+            assert not ESCAPE.search(done.stdout + done.stderr)
+
+
+def test_bad_input_is_one_line_and_nonzero(store: Path, tmp_path: Path) -> None:
+    sqlite_file = tmp_path / "db.sqlite"
+    sqlite_file.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    not_a_store = tmp_path / "notes"
+    not_a_store.mkdir()
+    (not_a_store / "a.txt").write_text("x")
+    key_file = tmp_path / "key"
+    key_file.write_bytes(b"k" * 32)
+    for argv in (
+        ("threads", tmp_path / "missing"),
+        ("threads", not_a_store),
+        ("stats", sqlite_file),
+        ("history", store, "gamma"),
+        ("show", store, "alpha", "--checkpoint", "nope"),
+        ("show", store, "alpha", "--key-file", key_file),
+        ("prune", store, "alpha", "--strategy", "all"),
+        ("nonsense",),
+    ):
+        done = console(*argv)
+        assert done.returncode != 0, argv
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, argv
+        assert done.stderr.startswith("langgraph-verified: error: "), argv
+
+
+def test_a_damaged_store_is_marked_not_hidden(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    run_conversations(build_graph(VerifiedSaver(store)))
+    items = history(store, "alpha")
+    damaged = by_step(items, 4)
+    flip_byte(checkpoint_file(store, damaged))
+    rows = {r["checkpoint_id"]: r for r in ok_json("history", store, "alpha")["checkpoints"]}
+    assert rows[damaged]["status"] != "ok" and rows[damaged]["problem"]
+    assert console("history", store, "alpha").returncode == 0
+    assert ok_json("show", store, "alpha")["step"] == 3  # the newest that verifies
+    assert ok_json("threads", store)["threads"][0]["last_step"] == 3
+    verify = console("verify", store, "--json")
+    assert verify.returncode == 1 and json.loads(verify.stdout)["ok"] is False
+
+
+def test_prune_dry_run_then_keep_latest(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    run_conversations(build_graph(VerifiedSaver(store)))
+    dry = console("prune", store, "alpha", "--dry-run")
+    assert dry.returncode == 0 and "would drop 5 checkpoint(s)" in dry.stdout
+    assert len(history(store, "alpha")) == 6
+    assert console("prune", store, "alpha").returncode == 0
+    assert len(history(store, "alpha")) == 1
+    assert console("prune", store, "beta", "--strategy", "delete").returncode == 0
+    assert history(store, "beta") == []

@@ -50,7 +50,7 @@ from typing_extensions import TypedDict
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified._storage import RecordFileStorage
 
-DELETES_ARE_DURABLE = False
+DELETES_ARE_DURABLE = True
 """Whether a checkpoint deleted by ``prune`` or ``delete_for_runs`` stays deleted after a cut.
 
 Today a record is deleted with an ``unlink`` that no directory fsync follows, while its

@@ -356,6 +356,15 @@ class FileStorage:
             self._refresh(log)
             return log.index.names_under(prefix)
 
+    def greatest_name(self, prefix: str) -> str | None:
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            return self.files.greatest_name(prefix)
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            return log.index.greatest_name_under(prefix)
+
     def walk(self, prefix: str) -> Iterator[str]:
         if prefix == "threads":
             for name in sorted(self.files.list("threads")):

@@ -101,6 +101,10 @@ class Storage(Protocol):
         """``write`` for several records at once (one durable step where the store can)."""
         ...
 
+    def greatest_name(self, prefix: str) -> str | None:
+        """``max(self.list(prefix))``, or ``None``: the newest checkpoint without listing all."""
+        ...
+
     def compact(self, prefix: str) -> None:
         """Reclaim the space of records deleted or replaced under a thread ``prefix``."""
         ...
@@ -406,6 +410,9 @@ class RecordFileStorage:
     def compact(self, prefix: str) -> None:
         """Nothing to reclaim: a deleted file is gone."""
 
+    def greatest_name(self, prefix: str) -> str | None:
+        return max(self.list(prefix), default=None)
+
     def __repr__(self) -> str:
         return f"RecordFileStorage({self._root!r}, fsync={self.fsync})"
 
@@ -422,6 +429,8 @@ class _IndexedRecords(dict[str, Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         self.children: dict[str, dict[str, int]] = {}
+        # the greatest name under a prefix, once asked for: the newest checkpoint id
+        self.newest: dict[str, str] = {}
         self.update(*args, **kwargs)
 
     def _count(self, key: str, step: int) -> None:
@@ -433,8 +442,13 @@ class _IndexedRecords(dict[str, Any]):
             left = names.get(name, 0) + step
             if left:
                 names[name] = left
+                newest = self.newest.get(parent)
+                if newest is not None and name > newest:
+                    self.newest[parent] = name
             else:
                 del names[name]
+                if self.newest.get(parent) == name:
+                    del self.newest[parent]  # found again when asked
                 if not names:
                     del self.children[parent]
             end = after
@@ -476,9 +490,20 @@ class _IndexedRecords(dict[str, Any]):
     def clear(self) -> None:
         super().clear()
         self.children.clear()
+        self.newest.clear()
 
     def names_under(self, prefix: str) -> list[str]:
         return list(self.children.get(prefix, ()))
+
+    def greatest_name_under(self, prefix: str) -> str | None:
+        """``max(names_under(prefix))``, kept up to date after the first time."""
+        newest = self.newest.get(prefix)
+        if newest is None:
+            names = self.children.get(prefix)
+            if not names:
+                return None
+            newest = self.newest[prefix] = max(names)
+        return newest
 
     def keys_under(self, prefix: str) -> list[str]:
         """Every key strictly under ``prefix``, unsorted."""
@@ -581,6 +606,10 @@ class MemoryStorage:
 
     def compact(self, prefix: str) -> None:
         """Nothing to reclaim: a deleted record is gone."""
+
+    def greatest_name(self, prefix: str) -> str | None:
+        with self._lock:
+            return self._records.greatest_name_under(prefix)
 
     def __repr__(self) -> str:
         return f"MemoryStorage({len(self._records)} records)"

@@ -503,8 +503,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         strict = self.strict if strict is None else strict
         skipped: builtins.list[str] = []
         saw_any = False
-        ids = self._unsorted_checkpoint_ids(thread_id, checkpoint_ns)
-        for checkpoint_id in _newest_first(ids):
+        for checkpoint_id in self._newest_first(thread_id, checkpoint_ns):
             saw_any = True
             try:
                 found = self._load(
@@ -842,6 +841,19 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 dropped.append((key, exc.reason))
             return None
         return record
+
+    def _newest_first(self, thread_id: str, checkpoint_ns: str) -> Iterator[str]:
+        """Checkpoint ids of one namespace, newest first, listing them all only if asked
+        for more than the newest (a fallback)."""
+        greatest = self.storage.greatest_name(_keys.checkpoints_prefix(thread_id, checkpoint_ns))
+        # An id LangGraph makes is its own name, and a name with no escape in it is
+        # greater than every name of a smaller id: that name is the newest checkpoint.
+        newest = _keys.checkpoint_id_of(greatest) if greatest and "~" not in greatest else None
+        if newest is None:
+            yield from _newest_first(self._unsorted_checkpoint_ids(thread_id, checkpoint_ns))
+            return
+        yield newest
+        yield from (i for i in self._checkpoint_ids(thread_id, checkpoint_ns) if i != newest)
 
     def _checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> builtins.list[str]:
         """Checkpoint ids of one namespace, newest first, from names alone (no file is read)."""

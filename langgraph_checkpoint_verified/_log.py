@@ -35,6 +35,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,19 @@ _InLog = tuple[int, int]
 """Where an entry's data lies in the log: (offset, size)."""
 
 
+@dataclass(frozen=True)
+class DamagedBytes:
+    """Bytes in a thread's log that are no intact entry of that thread."""
+
+    location: str
+    """``<log path>@<offset>``."""
+    reason: str
+    data: bytes
+    claimed_key: str | None
+    span_id: str
+    """Names the bytes for as long as the log file is the same (its inode and the offset)."""
+
+
 class _ThreadLog:
     """One thread's log as this process knows it."""
 
@@ -81,6 +95,10 @@ class _ThreadLog:
         """key -> (offset, size) in the log, a path (a record file), or bytes (damage)."""
         self.lock = threading.RLock()
         self.built = False
+        self.spans: list[DamagedBytes] = []
+        self.shadowed: dict[str, str] = {}
+        """Record files (the layout before logs) whose key the log holds since: key -> path."""
+        """Damage between entries that names no record of this thread, as read so far."""
 
     def close(self) -> None:
         if self.fd is not None:
@@ -167,6 +185,8 @@ class FileStorage:
 
     def _rebuild(self, log: _ThreadLog, fd: int | None) -> None:
         log.built = True
+        log.spans = []
+        log.shadowed = {}
         log.index = _IndexedRecords()
         log.end = 0
         thread_key = os.path.relpath(log.directory, self.files.location(""))
@@ -178,7 +198,18 @@ class FileStorage:
         self._read_tail(log, fd, os.fstat(fd).st_size)
 
     def _record_files(self, directory: str, thread_key: str) -> Iterator[tuple[str, str]]:
-        """Records stored one file each (the layout before logs), if there are any."""
+        """Records stored one file each (the layout before logs), if there are any.
+
+        Also removes what a killed compaction left (a temp file beside the log)
+        once its writer is gone.
+        """
+        try:
+            names = os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in names:
+            if name.startswith(TEMP_PREFIX):
+                _remove_if_abandoned(f"{directory}/{name}")
         for sub in ("ns", "tools"):
             base = f"{directory}/{sub}"
             if not os.path.isdir(base):
@@ -198,13 +229,28 @@ class FileStorage:
         base = log.end
         spans = iter(damaged)
         span = next(spans, None)
+        thread_key = os.path.relpath(log.directory, self.files.location(""))
         for entry in entries:
             while span is not None and span.offset < entry.offset:
                 self._found_damage(log, base, span, data)
                 span = next(spans, None)
+            if self._thread_dir_key(entry.key) != thread_key:
+                # an intact entry, but of another thread: a log copied or spliced in
+                self._found_damage(
+                    log,
+                    base,
+                    DamagedSpan(
+                        entry.offset, entry.end, None, f"an entry of another thread ({entry.key})"
+                    ),
+                    data,
+                )
+                continue
+            before = log.index.get(entry.key)
+            if isinstance(before, str):
+                log.shadowed[entry.key] = before  # removed with the key, or by compaction
             if entry.kind == PUT:
                 log.index[entry.key] = (base + entry.data_offset, entry.data_size)
-            elif entry.key in log.index:
+            elif before is not None:
                 del log.index[entry.key]
         while span is not None:
             self._found_damage(log, base, span, data)
@@ -217,13 +263,20 @@ class FileStorage:
         thread_key = os.path.relpath(log.directory, self.files.location(""))
         if key is not None and self._thread_dir_key(key) == thread_key:
             # The entry's frame is broken but it still says whose it is: its key
-            # now reads back as these bytes, which do not verify, so the saver
-            # reports and quarantines them like any damaged record.
+            # now reads back as the damaged stretch, byte for byte, which does not
+            # verify, so the saver reports and quarantines it like any damaged record.
             log.index[key] = raw
             return
+        damaged = DamagedBytes(
+            location=f"{log.path}@{base + span.offset}",
+            reason=span.reason,
+            data=raw,
+            claimed_key=key,
+            span_id=f"{log.ino}-{base + span.offset}",
+        )
+        log.spans.append(damaged)
         if self.on_damaged_span is not None:
-            where = f"{log.path}@{base + span.offset}"
-            self.on_damaged_span(where, span.reason, raw, key, f"{log.ino}-{base + span.offset}")
+            self.on_damaged_span(damaged.location, damaged.reason, raw, key, damaged.span_id)
 
     # -- Storage ----------------------------------------------------------------
 
@@ -315,13 +368,20 @@ class FileStorage:
                     current = None
                 if current == os.fstat(fd).st_ino:
                     break
+            except OSError as exc:
+                os.close(fd)
+                raise StoreWriteError(log.path, exc) from exc
             except BaseException:
                 os.close(fd)
                 raise
             os.close(fd)  # compacted or deleted while we waited: append to what is there now
         try:
             if created and self.fsync:
-                self.files._sync_dir(log.directory)
+                try:
+                    # the new log's name must survive a crash as much as what it holds
+                    self.files._sync_dir(log.directory)
+                except OSError as exc:
+                    raise StoreWriteError(log.directory, exc) from exc
             yield fd
         finally:
             os.close(fd)
@@ -355,6 +415,23 @@ class FileStorage:
         with log.lock:
             self._refresh(log)
             return log.index.names_under(prefix)
+
+    def damaged_bytes(self, prefix: str) -> builtins.list[DamagedBytes]:
+        """Damage between entries, in the logs of the threads under ``prefix``, that names
+        no record a read could ask for (see the module docstring); compaction drops it."""
+        if prefix == "threads":
+            return [
+                d
+                for name in self.files.list("threads")
+                for d in self.damaged_bytes(f"threads/{name}")
+            ]
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            return []
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            return builtins.list(log.spans)
 
     def greatest_name(self, prefix: str) -> str | None:
         thread_key = self._thread_dir_key(prefix)
@@ -401,6 +478,7 @@ class FileStorage:
                 self._refresh(log)
                 present = [key for key in thread_keys if key in log.index]
                 files = [log.index[key] for key in present if isinstance(log.index[key], str)]
+                files += [log.shadowed.pop(key) for key in thread_keys if key in log.shadowed]
                 if present:
                     self._append(log, [(DELETE, key, b"") for key in present], durable=durable)
                 for path in files:
@@ -524,7 +602,7 @@ class FileStorage:
                     raise StoreWriteError(log.path, exc) from exc
                 raise
             log.close()
-            for path in folded:
+            for path in [*folded, *log.shadowed.values()]:
                 _remove_quietly(path)
             self._refresh(log)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -24,6 +25,7 @@ from typing import Any
 
 from langgraph_checkpoint_verified import _keys
 from langgraph_checkpoint_verified._format import Codec, RecordKind
+from langgraph_checkpoint_verified._log import FileStorage
 from langgraph_checkpoint_verified._records import (
     CheckpointRecord,
     canonical_key,
@@ -560,7 +562,50 @@ def verify_store(
             findings = _repair(saver, prefix, thread, thread_keys, report)
         report.damaged.extend(findings.damaged)
         report.unusable_checkpoints.extend(findings.unusable)
+    if isinstance(storage, FileStorage):
+        _check_damaged_bytes(saver, storage, prefix, report, repair=repair)
     return report
+
+
+def _check_damaged_bytes(
+    saver: Any, storage: FileStorage, prefix: str, report: VerifyReport, *, repair: bool
+) -> None:
+    """Report damage between log entries that names no record; with ``repair``, compact it away.
+
+    Readers skip it already (and copied it to the quarantine when they found it);
+    compaction is what removes it from the log.
+    """
+    reporter: DamageReporter = saver.reporter
+    threads: set[str] = set()
+    for found in storage.damaged_bytes(prefix):
+        copy = f"{QUARANTINE_PREFIX}/span-{found.span_id}.record"
+        if repair and reporter.quarantine_enabled and storage.read(copy) is None:
+            reporter.damaged_span(
+                found.location, found.reason, found.data, found.claimed_key, found.span_id
+            )
+        report.damaged.append(
+            Damage(
+                key=found.claimed_key or found.location,
+                location=found.location,
+                reason=f"damaged log entry: {found.reason}",
+                kind=kind_name(found.claimed_key or ""),
+                quarantined_to=storage.location(copy) if storage.read(copy) is not None else None,
+            )
+        )
+        threads.add(found.location.rsplit("/log@", 1)[0])
+    if not (repair and reporter.quarantine_enabled and threads) or report.read_only:
+        return
+    root = storage.location("")
+    for directory in sorted(threads):
+        thread_prefix = os.path.relpath(directory, root)
+        try:
+            with storage.lock(thread_prefix, exclusive=True):
+                storage.compact(thread_prefix)
+        except OSError as exc:
+            if exc.errno not in CANNOT_WRITE_ERRNOS:
+                raise
+            report.read_only = True
+            return
 
 
 def _by_thread(keys: list[str]) -> list[tuple[str | None, list[str]]]:
@@ -917,7 +962,9 @@ def _repair_locked(
                 for cid in records
                 if cid not in doomed
             }
-            saver._remove_checkpoints(thread_id, checkpoint_ns, records, set(doomed))
+            from langgraph_checkpoint_verified import _maintenance  # it imports this module
+
+            _maintenance.remove_checkpoints(saver, thread_id, checkpoint_ns, records, set(doomed))
             for cid, stamp in stamps.items():
                 key = _keys.checkpoint_key(thread_id, checkpoint_ns, cid)
                 if storage.stamp(key) != stamp:

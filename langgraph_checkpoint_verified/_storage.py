@@ -133,7 +133,7 @@ class RecordFileStorage:
         self.root = Path(root).absolute()
         self.fsync = fsync
         if self.root.exists() and not self.root.is_dir():
-            raise NotADirectoryError(f"store path {self.root} exists and is not a directory")
+            raise NotADirectoryError(_not_a_store(self.root))
         self._root = str(self.root)
         # Directories this store made (or found) durably, so that a write need not
         # stat its way down the tree every time. Only a hint: delete_tree, or
@@ -669,3 +669,19 @@ def _process_alive(pid: int) -> bool:
     except OSError as exc:
         return exc.errno != errno.ESRCH
     return True
+
+
+def _not_a_store(path: Path) -> str:
+    """Why ``path`` cannot be a store, and what to do instead."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        head = b""
+    if head == b"SQLite format 3\x00":
+        return (
+            f"{path} is a SQLite database, not a store (a store is a directory). To move "
+            f"a SqliteSaver's checkpoints into a store: langgraph-verified migrate {path} "
+            f"<new store directory>, then open that directory"
+        )
+    return f"store path {path} exists and is not a directory: a store is a directory"

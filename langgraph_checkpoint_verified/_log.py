@@ -502,6 +502,16 @@ class FileStorage:
         self.delete_many(keys)
 
     def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
+        # as RecordFileStorage's rename does, a refusal surfaces as the OSError itself:
+        # the reporter tells a read-only store (nothing moved, nothing raised) by it
+        try:
+            return self._move_aside(key, new_key, replace=replace)
+        except StoreWriteError as exc:
+            if isinstance(exc.__cause__, OSError):
+                raise exc.__cause__ from None
+            raise
+
+    def _move_aside(self, key: str, new_key: str, *, replace: bool) -> bool:
         source_thread = self._thread_dir_key(key)
         target_thread = self._thread_dir_key(new_key)
         if source_thread is None and target_thread is None:

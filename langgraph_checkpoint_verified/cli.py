@@ -32,10 +32,11 @@ from typing import Any, TextIO
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple, SerializerProtocol
 
+from langgraph_checkpoint_verified._marker import STORE_MARKER_KEY
 from langgraph_checkpoint_verified._storage import QUARANTINE_PREFIX
 from langgraph_checkpoint_verified.errors import StoreKeyError, VerifiedSaverError
 from langgraph_checkpoint_verified.recovery import Damage, VerifyReport
-from langgraph_checkpoint_verified.saver import STORE_MARKER_KEY, VerifiedSaver
+from langgraph_checkpoint_verified.saver import VerifiedSaver
 
 PROG = "langgraph-verified"
 EXIT_OK = 0

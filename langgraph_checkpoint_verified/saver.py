@@ -37,7 +37,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from langgraph_checkpoint_verified import _delta_history, _keys, _maintenance
+from langgraph_checkpoint_verified import _delta_history, _keys, _maintenance, _marker
 from langgraph_checkpoint_verified._config import PARENT_UNKNOWN as _PARENT_UNKNOWN
 from langgraph_checkpoint_verified._config import Unusable as _Unusable
 from langgraph_checkpoint_verified._config import config as _config
@@ -46,7 +46,6 @@ from langgraph_checkpoint_verified._format import (
     DEFAULT_COMPRESSION_LEVEL,
     Codec,
     RecordKind,
-    pack,
 )
 from langgraph_checkpoint_verified._keys import NORMAL_WRITES_SLOT
 from langgraph_checkpoint_verified._log import FileStorage
@@ -78,12 +77,9 @@ from langgraph_checkpoint_verified._values import (
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
     RecordDamagedError,
-    StoreKeyError,
-    StoreWriteError,
     VerifiedSaverError,
 )
 from langgraph_checkpoint_verified.recovery import (
-    CANNOT_WRITE_ERRNOS,
     Damage,
     DamageReporter,
     RecoveryStats,
@@ -93,9 +89,6 @@ from langgraph_checkpoint_verified.recovery import (
 
 T = TypeVar("T")
 
-
-STORE_MARKER_KEY = "store.marker"
-"""Key of the record saying whether the store is keyed (checked at open, one read)."""
 
 _REFS_CACHE_SIZE = 4096
 _MAINTENANCE_RETRIES = 8
@@ -198,123 +191,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self._parts = PartsCache()
         self._lock = threading.Lock()
         self._closed = False
-        self._check_store_marker()
-
-    def _check_key_against_records(self, sample: int = 3) -> None:
-        """Raise ``StoreKeyError`` if the first few records say the key is wrong.
-
-        A header that verifies settles it. Records whose headers all fail are
-        judged by their keyed flag; an unkeyed store whose sample is damaged is
-        left to the normal read paths.
-        """
-        flags = []
-        for key in self.storage.walk("threads"):
-            try:
-                data = self.storage.read(key)
-            except OSError:
-                continue
-            if data is None:
-                continue
-            try:
-                self.codec.read_header(data)
-                return
-            except RecordDamagedError:
-                flags.append(Codec.keyed_flag(data))
-            if len(flags) >= sample:
-                break
-        if not flags:
-            return
-        where = self.storage.location("threads")
-        if not self.codec.key and any(flags):
-            raise StoreKeyError(
-                "this store's records were written with a key: pass VerifiedSaver(..., key=...)",
-                store_is_keyed=True,
-                marker=where,
-            )
-        if self.codec.key and not any(flags):
-            raise StoreKeyError(
-                "this store's records were written without a key: open it without key=",
-                store_is_keyed=False,
-                marker=where,
-            )
-        if self.codec.key:
-            raise StoreKeyError(
-                "the key does not verify any of this store's records",
-                store_is_keyed=True,
-                marker=where,
-            )
-
-    def _check_store_marker(self) -> None:
-        """Read (or create) the one small record that says how the store is protected.
-
-        Opening a keyed store without its key, or with another key, would make
-        every record look damaged, and reads would quarantine the whole store.
-        The marker turns that into one clear error at open time.
-        """
-        if isinstance(self.storage, MemoryStorage):
-            return  # born with this saver: it cannot have been written with another key
-        marker = self.codec.encode(
-            RecordKind.STORE_MARKER,
-            {"store": "marker"},
-            pack({"v": 1, "keyed": bool(self.codec.key)}),
-        )
-
-        def write_marker(*, replace: bool) -> bool | None:
-            # None: this process cannot write to the store. A store may be read-only
-            # for good reasons (a backup mounted read-only, a copy made to look at):
-            # it still opens, and the next saver that can write gives it its marker.
-            try:
-                return self.storage.write(STORE_MARKER_KEY, marker, replace=replace)
-            except StoreWriteError as exc:
-                if exc.errno not in CANNOT_WRITE_ERRNOS:
-                    raise
-                return None
-
-        data = self.storage.read(STORE_MARKER_KEY)
-        if data is None:
-            # no marker (a new store, or one copied without it): the records themselves
-            # must agree with the key before a marker vouches for it
-            self._check_key_against_records()
-            if not self.reporter.quarantine_enabled:
-                return  # a saver that only looks (quarantine=False) writes nothing
-            if write_marker(replace=False) is not False:
-                return  # made, or the store cannot be written: the records vouched for the key
-            data = self.storage.read(STORE_MARKER_KEY)  # another process made it first
-            if data is None:
-                return
-        try:
-            self.codec.decode(data, RecordKind.STORE_MARKER, {"store": "marker"})
-            return
-        except RecordDamagedError as exc:
-            reason = exc.reason
-            error = exc
-        keyed = Codec.keyed_flag(data)
-        where = self.storage.location(STORE_MARKER_KEY)
-        if keyed and not self.codec.key:
-            raise StoreKeyError(
-                "this store was written with a key: pass VerifiedSaver(..., key=...)",
-                store_is_keyed=True,
-                marker=where,
-            )
-        if keyed is False and self.codec.key:
-            raise StoreKeyError(
-                "this store was written without a key: open it without key=",
-                store_is_keyed=False,
-                marker=where,
-            )
-        if self.codec.key:
-            raise StoreKeyError(
-                f"the key does not match this store's ({reason}). If you are sure the key is "
-                f"right, the marker may be damaged: move it aside and open again; the key is "
-                f"then checked against the records themselves",
-                store_is_keyed=True,
-                marker=where,
-            )
-        # an unkeyed marker that does not verify is plain damage: set it aside, write anew
-        self.reporter.damaged(STORE_MARKER_KEY, error, data)
-        if not self.reporter.quarantine_enabled:
-            return  # reported; a saver that only looks leaves it as it is
-        write_marker(replace=True)
+        _marker.check_store_marker(self)
 
     # -- construction ------------------------------------------------------
 

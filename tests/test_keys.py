@@ -14,8 +14,8 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified._keys import MAX_SEGMENT, decode_segment, encode_segment
+from langgraph_checkpoint_verified._marker import STORE_MARKER_KEY
 from langgraph_checkpoint_verified._storage import LOCK_NAME
-from langgraph_checkpoint_verified.saver import STORE_MARKER_KEY
 
 LONG_PREFIX = "p" * 200
 STRANGE = [

@@ -30,6 +30,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+import ormsgpack
+
 ENTRY_MAGIC = b"LGCE"
 PUT = 1
 DELETE = 2
@@ -171,3 +173,50 @@ def _next_entry(raw: bytes, view: memoryview, offset: int) -> Entry | None:
         if isinstance(found, Entry):
             return found
         offset = found_at + 1
+
+
+# -- hints -----------------------------------------------------------------------------
+
+HINT_MAGIC = b"LGCH"
+HINT_VERSION = 1
+_HINT_HEADER = struct.Struct("<4sB3xQQ")
+
+
+def encode_hint(log_inode: int, end: int, entries: list[tuple[str, int, int]]) -> bytes:
+    """A saved key directory: which entry data of the log (``log_inode``) each key holds.
+
+    Layout: magic ``LGCH``, version (1 byte), 3 reserved bytes, the log's inode
+    (u64) and how many bytes of it the hint covers (u64), a msgpack array of
+    ``[key, data offset, data size]``, and a CRC-32 of everything before it.
+
+    Example:
+        >>> hint = encode_hint(7, 100, [("threads/t/x", 16, 60)])
+        >>> decode_hint(hint, log_inode=7, log_size=120)
+        (100, [('threads/t/x', 16, 60)])
+        >>> decode_hint(hint, log_inode=8, log_size=120) is None  # another file now
+        True
+    """
+    body = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_inode, end) + ormsgpack.packb(entries)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def decode_hint(
+    data: bytes, log_inode: int, log_size: int
+) -> tuple[int, list[tuple[str, int, int]]] | None:
+    """The hint's coverage and entries, or ``None`` if it is damaged or not of this log."""
+    if len(data) < _HINT_HEADER.size + CHECKSUM_SIZE:
+        return None
+    (stored,) = struct.unpack_from("<I", data, len(data) - CHECKSUM_SIZE)
+    if zlib.crc32(memoryview(data)[: len(data) - CHECKSUM_SIZE]) != stored:
+        return None
+    magic, version, inode, end = _HINT_HEADER.unpack_from(data, 0)
+    if magic != HINT_MAGIC or version != HINT_VERSION or inode != log_inode or end > log_size:
+        return None
+    try:
+        raw = ormsgpack.unpackb(data[_HINT_HEADER.size : len(data) - CHECKSUM_SIZE])
+        entries = [(str(k), int(o), int(n)) for k, o, n in raw]
+    except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
+        return None
+    if any(o < 0 or n < 0 or o + n > end for _, o, n in entries):
+        return None
+    return end, entries

@@ -43,7 +43,9 @@ from langgraph_checkpoint_verified._entries import (
     DELETE,
     PUT,
     DamagedSpan,
+    decode_hint,
     encode_entry,
+    encode_hint,
     scan,
 )
 from langgraph_checkpoint_verified._keys import TEMP_PREFIX
@@ -52,7 +54,6 @@ from langgraph_checkpoint_verified._storage import (
     _PID_SPACE,
     LOCK_NAME,
     RecordFileStorage,
-    _IndexedRecords,
     _remove_if_abandoned,
     _remove_quietly,
 )
@@ -62,6 +63,11 @@ if sys.platform != "win32":
     import fcntl
 
 LOG_NAME = "log"
+HINT_NAME = "log.hint"
+HINT_AFTER_BYTES = 256 * 1024
+"""A process that read this much of a log to open it leaves a hint for the next one."""
+HINT_EVERY_BYTES = 4 * 1024 * 1024
+"""...and refreshes it once the log has grown this much past it."""
 _OPEN_LOGS = 256
 
 _InLog = tuple[int, int]
@@ -81,6 +87,89 @@ class DamagedBytes:
     """Names the bytes for as long as the log file is the same (its inode and the offset)."""
 
 
+class _KeyDirectory(dict[str, Any]):
+    """A thread's keys and where each is, listable by prefix.
+
+    Keys are ``/``-joined paths. Each key's parent keeps its names (one split
+    per key); the directories above are counted once per parent, not once per
+    key, which keeps opening a long thread's log cheap.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leaves: dict[str, dict[str, None]] = {}
+        self.subdirs: dict[str, dict[str, None]] = {}
+        self.greatest: dict[str, str] = {}
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self:
+            parent, _, name = key.rpartition("/")
+            names = self.leaves.get(parent)
+            if names is None:
+                names = self.leaves[parent] = {}
+                self._add_dir(parent)
+            names[name] = None
+            greatest = self.greatest.get(parent)
+            if greatest is not None and name > greatest:
+                self.greatest[parent] = name
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        parent, _, name = key.rpartition("/")
+        names = self.leaves[parent]
+        del names[name]
+        if self.greatest.get(parent) == name:
+            del self.greatest[parent]  # found again when asked
+        if not names:
+            del self.leaves[parent]
+            self._drop_dir(parent)
+
+    def _add_dir(self, path: str) -> None:
+        """Note that ``path`` holds something, in each directory above it that did not know."""
+        while "/" in path:
+            above, _, name = path.rpartition("/")
+            names = self.subdirs.setdefault(above, {})
+            if name in names:
+                return
+            names[name] = None
+            if len(names) > 1 or above in self.leaves:
+                return  # ``above`` held something already, so its parent knows it
+            path = above
+
+    def _drop_dir(self, path: str) -> None:
+        """Forget ``path``, and each directory above it that holds nothing more."""
+        while "/" in path and path not in self.leaves and not self.subdirs.get(path):
+            above, _, name = path.rpartition("/")
+            names = self.subdirs.get(above)
+            if not names or name not in names:
+                return
+            del names[name]
+            if names:
+                return
+            del self.subdirs[above]
+            path = above
+
+    def names_under(self, prefix: str) -> builtins.list[str]:
+        return [*self.leaves.get(prefix, ()), *self.subdirs.get(prefix, ())]
+
+    def keys_under(self, prefix: str) -> builtins.list[str]:
+        found = [f"{prefix}/{name}" for name in self.leaves.get(prefix, ())]
+        for name in self.subdirs.get(prefix, ()):
+            found.extend(self.keys_under(f"{prefix}/{name}"))
+        return found
+
+    def greatest_name_under(self, prefix: str) -> str | None:
+        """``max(names_under(prefix))`` for a prefix that holds records, kept up to date."""
+        greatest = self.greatest.get(prefix)
+        if greatest is None:
+            names = self.leaves.get(prefix)
+            if not names:
+                return None
+            greatest = self.greatest[prefix] = max(names)
+        return greatest
+
+
 class _ThreadLog:
     """One thread's log as this process knows it."""
 
@@ -91,14 +180,16 @@ class _ThreadLog:
         self.ino: int | None = None
         self.end = 0
         """Where the intact part of the log, as read so far, ends."""
-        self.index: _IndexedRecords = _IndexedRecords()
+        self.index = _KeyDirectory()
         """key -> (offset, size) in the log, a path (a record file), or bytes (damage)."""
         self.lock = threading.RLock()
         self.built = False
         self.spans: list[DamagedBytes] = []
+        """Damage between entries that names no record of this thread, as read so far."""
         self.shadowed: dict[str, str] = {}
         """Record files (the layout before logs) whose key the log holds since: key -> path."""
-        """Damage between entries that names no record of this thread, as read so far."""
+        self.hint_end = 0
+        """How much of the log the newest hint this process knows of covers."""
 
     def close(self) -> None:
         if self.fd is not None:
@@ -187,15 +278,64 @@ class FileStorage:
         log.built = True
         log.spans = []
         log.shadowed = {}
-        log.index = _IndexedRecords()
+        log.index = _KeyDirectory()
         log.end = 0
+        log.hint_end = 0
         thread_key = os.path.relpath(log.directory, self.files.location(""))
         for key, path in self._record_files(log.directory, thread_key):
             log.index[key] = path
         if fd is None:
             log.fd = None
             return
+        if not log.index:  # a hint covers the log only: record files are listed above
+            self._read_hint(log, fd)
         self._read_tail(log, fd, os.fstat(fd).st_size)
+        if log.end - log.hint_end >= HINT_AFTER_BYTES:
+            self._write_hint(log)
+
+    def _read_hint(self, log: _ThreadLog, fd: int) -> None:
+        """Take the key directory from the log's hint, if it is intact and of this log."""
+        try:
+            with open(f"{log.directory}/{HINT_NAME}", "rb") as f:
+                data = f.read()
+        except OSError:
+            return
+        found = decode_hint(data, os.fstat(fd).st_ino, os.fstat(fd).st_size)
+        if found is None:
+            return  # stale (the log was compacted since) or damaged: read the log itself
+        end, entries = found
+        index = log.index
+        for key, offset, size in entries:
+            index[key] = (offset, size)
+        log.end = log.hint_end = end
+
+    def _write_hint(self, log: _ThreadLog) -> None:
+        """Save the key directory beside the log, so the next process reads less of it.
+
+        Only a shortcut: not synced, written whole or not at all (temp file,
+        rename), and ignored unless it names the current log. A log with damage
+        or record files in it gets none: those are found by reading it.
+        """
+        if log.spans or log.ino is None:
+            return
+        entries = []
+        for key, where in log.index.items():
+            if not isinstance(where, tuple):
+                return
+            entries.append((key, where[0], where[1]))
+        data = encode_hint(log.ino, log.end, entries)
+        temp = f"{log.directory}/{TEMP_PREFIX}{os.getpid()}-{_PID_SPACE}-{secrets.token_hex(8)}"
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            try:
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(temp, f"{log.directory}/{HINT_NAME}")
+        except OSError:
+            _remove_quietly(temp)  # a read-only store, a full disk: no hint, nothing lost
+            return
+        log.hint_end = log.end
 
     def _record_files(self, directory: str, thread_key: str) -> Iterator[tuple[str, str]]:
         """Records stored one file each (the layout before logs), if there are any.
@@ -224,6 +364,8 @@ class FileStorage:
                         yield f"{thread_key}/{rel}/{name}", f"{dirpath}/{name}"
 
     def _read_tail(self, log: _ThreadLog, fd: int, size: int) -> None:
+        if size <= log.end:
+            return
         data = os.pread(fd, size - log.end, log.end)
         entries, damaged, end = scan(data)
         base = log.end
@@ -256,6 +398,8 @@ class FileStorage:
             self._found_damage(log, base, span, data)
             span = next(spans, None)
         log.end = base + end
+        if log.end - log.hint_end >= HINT_EVERY_BYTES:
+            self._write_hint(log)
 
     def _found_damage(self, log: _ThreadLog, base: int, span: DamagedSpan, data: bytes) -> None:
         raw = data[span.offset : span.end]
@@ -428,10 +572,23 @@ class FileStorage:
         thread_key = self._thread_dir_key(prefix)
         if thread_key is None:
             return []
-        log = self._log(thread_key)
-        with log.lock:
-            self._refresh(log)
-            return builtins.list(log.spans)
+        # a full read of the log, not the key directory (which a hint may have filled)
+        scratch = _ThreadLog(self.files.location(thread_key))
+        try:
+            scratch.fd = os.open(scratch.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            scratch.ino = os.fstat(scratch.fd).st_ino
+            scratch.built = True
+            on_damage, self.on_damaged_span = self.on_damaged_span, None
+            try:
+                self._read_tail(scratch, scratch.fd, os.fstat(scratch.fd).st_size)
+            finally:
+                self.on_damaged_span = on_damage
+            return builtins.list(scratch.spans)
+        finally:
+            scratch.close()
 
     def greatest_name(self, prefix: str) -> str | None:
         thread_key = self._thread_dir_key(prefix)

@@ -37,7 +37,13 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from langgraph_checkpoint_verified import _delta_history, _keys, _maintenance, _marker
+from langgraph_checkpoint_verified import (
+    _delta_history,
+    _keys,
+    _maintenance,
+    _marker,
+    _tool_records,
+)
 from langgraph_checkpoint_verified._config import PARENT_UNKNOWN as _PARENT_UNKNOWN
 from langgraph_checkpoint_verified._config import Unusable as _Unusable
 from langgraph_checkpoint_verified._config import config as _config
@@ -45,7 +51,6 @@ from langgraph_checkpoint_verified._config import config_parts as _config_parts
 from langgraph_checkpoint_verified._format import (
     DEFAULT_COMPRESSION_LEVEL,
     Codec,
-    RecordKind,
 )
 from langgraph_checkpoint_verified._keys import NORMAL_WRITES_SLOT
 from langgraph_checkpoint_verified._log import FileStorage
@@ -56,13 +61,10 @@ from langgraph_checkpoint_verified._records import (
     StoredValue,
     Typed,
     WritesRecord,
-    canonical_key,
     decode_checkpoint,
     decode_writes,
     encode_checkpoint,
     encode_writes,
-    pack_typed,
-    unpack_typed,
 )
 from langgraph_checkpoint_verified._storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified._values import (
@@ -1085,21 +1087,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             value: What to keep (serialized with the saver's serde).
         """
         self._check_open()
-        thread_id = _keys.as_thread_id(thread_id)
-        _keys.require_text(checkpoint_ns, "checkpoint_ns")
-        _keys.require_text(tool_call_id, "tool_call_id")
-        _keys.require_text(fingerprint, "fingerprint")
-        record_kind = _tool_kind(kind)
-        identity = {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "tool_call_id": tool_call_id,
-            "fingerprint": fingerprint,
-        }
-        type_, blob = self.serde.dumps_typed(value)
-        self.storage.write(
-            canonical_key(record_kind, identity),
-            self.codec.encode(record_kind, identity, pack_typed((type_, blob))),
+        _tool_records.put_tool_record(
+            self, thread_id, checkpoint_ns, tool_call_id, kind, fingerprint=fingerprint, value=value
         )
 
     def get_tool_record(
@@ -1118,38 +1107,16 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         caller must tell "never written" from "written but unreadable").
         """
         self._check_open()
-        thread_id = _keys.as_thread_id(thread_id)
-        record_kind = _tool_kind(kind)
-        key = _keys.tool_record_key(thread_id, checkpoint_ns, tool_call_id, kind)
-        try:
-            data = self.storage.read(key)
-        except OSError as exc:
-            self.reporter.unreadable(key, exc)
-            return damaged  # unreadable is not "never written": it may exist
-        if data is None:
-            return None
-        try:
-            header, content = self.codec.decode_with_header(data, record_kind)
-            identity = header.identity
-            if canonical_key(record_kind, identity) != key:
-                raise RecordDamagedError(
-                    f"record belongs at {canonical_key(record_kind, identity)}"
-                )
-            typed = unpack_typed(content)
-        except RecordDamagedError as exc:
-            self.reporter.damaged(key, exc, data)
-            return damaged
-        return identity["fingerprint"], self.serde.loads_typed(typed)
+        return _tool_records.get_tool_record(
+            self, thread_id, checkpoint_ns, tool_call_id, kind, damaged=damaged
+        )
 
     def delete_tool_record(
         self, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
     ) -> None:
         """Remove one tool-call record (missing is fine)."""
         self._check_open()
-        _tool_kind(kind)
-        self.storage.delete(
-            _keys.tool_record_key(_keys.as_thread_id(thread_id), checkpoint_ns, tool_call_id, kind)
-        )
+        _tool_records.delete_tool_record(self, thread_id, checkpoint_ns, tool_call_id, kind)
 
     async def aput_tool_record(
         self,
@@ -1450,14 +1417,6 @@ def _newest_first(ids: builtins.list[str]) -> Iterator[str]:
         return
     yield max(ids)
     yield from sorted(ids, reverse=True)[1:]
-
-
-def _tool_kind(kind: str) -> RecordKind:
-    if kind == "intent":
-        return RecordKind.TOOL_INTENT
-    if kind == "result":
-        return RecordKind.TOOL_RESULT
-    raise ValueError(f"tool record kind must be 'intent' or 'result', got {kind!r}")
 
 
 def _writes_owner(record: WritesRecord) -> tuple[str, str, str]:

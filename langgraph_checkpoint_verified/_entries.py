@@ -18,10 +18,12 @@ What the record says, and whose it is, is checked by the record's own BLAKE2b
 digests (or MACs) and identity, as for every record.
 
 ``scan`` reads a log the way a write-ahead log is read: entries in order; an
-incomplete or damaged entry at the end is a torn tail (a write cut short by a
-crash), ignored and later cut off by the next writer; a damaged stretch
-followed by intact entries is damage in the middle, reported with its bytes,
-and the scan resynchronizes on the next entry that verifies.
+incomplete entry at the end is a torn tail (a write cut short by a crash),
+ignored and later cut off by the next writer; a damaged stretch followed by
+intact entries is damage in the middle, reported with its bytes, and the scan
+resynchronizes on the next entry that verifies. A last entry that is complete
+by its own header but fails its checksum is damage too, not a torn tail: it
+may have been acknowledged, so it is reported and kept, never cut off.
 """
 
 from __future__ import annotations
@@ -113,6 +115,16 @@ def _entry_at(view: memoryview, offset: int) -> Entry | str:
     )
 
 
+def _declared_end(view: memoryview, offset: int) -> int | None:
+    """Where the entry at ``offset`` ends by its own header, if the header reads."""
+    if len(view) - offset < HEADER_SIZE:
+        return None
+    magic, _, _, key_size, data_size = _HEADER.unpack_from(view, offset)
+    if magic != ENTRY_MAGIC:
+        return None
+    return offset + HEADER_SIZE + key_size + data_size + CHECKSUM_SIZE
+
+
 def _claimed_key(view: memoryview, offset: int) -> str | None:
     """The key a damaged entry's header claims, if it still reads as one."""
     if len(view) - offset < HEADER_SIZE:
@@ -153,7 +165,12 @@ def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[Da
             continue
         following = _next_entry(raw, view, offset + 1)
         if following is None:
-            break  # nothing intact after it: a torn tail
+            if found == "entry checksum mismatch" and _declared_end(view, offset) == len(view):
+                # Complete, yet wrong: not a write cut short but damage to the last
+                # entry, which may have been acknowledged. Reported, never cut off.
+                damaged.append(DamagedSpan(offset, len(view), _claimed_key(view, offset), found))
+                end = len(view)
+            break  # otherwise nothing intact after it: a torn tail
         damaged.append(
             DamagedSpan(
                 offset=offset, end=following.offset, key=_claimed_key(view, offset), reason=found

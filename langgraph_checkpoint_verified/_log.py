@@ -37,7 +37,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from langgraph_checkpoint_verified._entries import (
     DELETE,
@@ -168,6 +168,13 @@ class _KeyDirectory(dict[str, Any]):
                 return None
             greatest = self.greatest[prefix] = max(names)
         return greatest
+
+
+class _DamagedEntry(NamedTuple):
+    """What a key reads back as when its latest entry is damaged: the whole stretch."""
+
+    offset: int
+    data: bytes
 
 
 class _ThreadLog:
@@ -320,7 +327,7 @@ class FileStorage:
             return
         entries = []
         for key, where in log.index.items():
-            if not isinstance(where, tuple):
+            if not isinstance(where, tuple) or isinstance(where, _DamagedEntry):
                 return
             entries.append((key, where[0], where[1]))
         data = encode_hint(log.ino, log.end, entries)
@@ -409,7 +416,7 @@ class FileStorage:
             # The entry's frame is broken but it still says whose it is: its key
             # now reads back as the damaged stretch, byte for byte, which does not
             # verify, so the saver reports and quarantines it like any damaged record.
-            log.index[key] = raw
+            log.index[key] = _DamagedEntry(base + span.offset, raw)
             return
         damaged = DamagedBytes(
             location=f"{log.path}@{base + span.offset}",
@@ -540,8 +547,8 @@ class FileStorage:
             where = log.index.get(key)
             if where is None:
                 return None
-            if isinstance(where, bytes):
-                return where
+            if isinstance(where, _DamagedEntry):
+                return where.data
             if isinstance(where, str):
                 return self.files.read(os.path.relpath(where, self.files.location("")))
             offset, size = where
@@ -701,8 +708,9 @@ class FileStorage:
             return self.files.location(key)
         log = self._log(thread_key)
         with log.lock:
+            self._refresh(log)
             where = log.index.get(key)
-        if isinstance(where, tuple):
+        if isinstance(where, (tuple, _DamagedEntry)):
             return f"{log.path}@{where[0]} ({key})"
         return self.files.location(key)
 
@@ -716,10 +724,10 @@ class FileStorage:
             where = log.index.get(key)
             if where is None:
                 return None
+            if isinstance(where, _DamagedEntry):
+                return ("damaged", log.ino, where.offset)
             if isinstance(where, tuple):
                 return (log.ino, where[0])
-            if isinstance(where, bytes):
-                return ("damaged", log.ino, id(where))
         return self.files.stamp(os.path.relpath(where, self.files.location("")))
 
     def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
@@ -745,7 +753,7 @@ class FileStorage:
             for key in log.index.keys_under(thread_key):
                 where = log.index[key]
                 data = self.read(key)
-                if data is None or isinstance(where, bytes):
+                if data is None or isinstance(where, _DamagedEntry):
                     continue  # damaged: the saver reports and quarantines it, not this
                 if isinstance(where, str):
                     folded.append(where)

@@ -431,6 +431,12 @@ def _repair(args: argparse.Namespace) -> int:
         _print_report(saver, survey)
         print("nothing to repair")
         return EXIT_OK
+    # where each checkpoint is now: once moved, its key names nothing any more
+    was_at = {
+        key: saver.storage.location(key)
+        for u in survey.unusable_checkpoints
+        for key in [_keys.checkpoint_key(u.thread_id, u.checkpoint_ns, u.checkpoint_id)]
+    }
     with _progress(sys.stderr) as progress:
         report = saver.verify(thread_id, repair=True, progress=progress)
     moved = {d.quarantined_to: d for d in report.damaged if d.quarantined_to}
@@ -458,7 +464,7 @@ def _repair(args: argparse.Namespace) -> int:
         key = _keys.checkpoint_key(
             unusable.thread_id, unusable.checkpoint_ns, unusable.checkpoint_id
         )
-        print(f"moved {location(key)}")
+        print(f"moved {was_at.get(key) or location(key)}")
         print(f"   to {where}")
         print(f"      (checkpoint that can never load: {unusable.reason})")
     count = len(moved) + len(checkpoints_moved)

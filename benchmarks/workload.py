@@ -25,6 +25,9 @@ from typing_extensions import TypedDict
 PROFILE_EVERY = 50
 """The rarely changing channel changes once every this many chat steps."""
 
+MESSAGE_CHARS = (250, 750)
+"""Length range of one chat message: a human and an AI message add ~1 KB per step."""
+
 _CORPUS_MODULES = ("argparse", "asyncio", "collections", "json", "logging", "pathlib", "typing")
 
 
@@ -52,7 +55,7 @@ class TextSource:
         self.rng = random.Random(seed)
         self.words = _vocabulary()
 
-    def text(self, low: int = 300, high: int = 800) -> str:
+    def text(self, low: int = MESSAGE_CHARS[0], high: int = MESSAGE_CHARS[1]) -> str:
         target = self.rng.randint(low, high)
         parts: list[str] = []
         size = 0
@@ -69,7 +72,7 @@ class ChatState(TypedDict):
 
 
 def build_chat_graph(texts: TextSource) -> StateGraph:
-    """START -> reply -> END; ``reply`` answers with one AI message of 300-800 chars."""
+    """START -> reply -> END; ``reply`` answers with one AI message of 250-750 chars."""
 
     def reply(state: ChatState) -> dict[str, Any]:
         turn = len(state["messages"]) // 2
@@ -90,16 +93,20 @@ def human_turns(texts: TextSource, steps: int) -> list[dict[str, Any]]:
     return [{"messages": [HumanMessage(texts.text())]} for _ in range(steps)]
 
 
+PutArgs = tuple[dict[str, Any], Checkpoint, dict[str, Any], dict[str, Any]]
+"""``(config, checkpoint, metadata, new_versions)``: the arguments of one ``put``."""
+
+
 def raw_checkpoints(
-    texts: TextSource, count: int, thread_id: str = "recovery"
-) -> Iterator[tuple[dict[str, Any], Checkpoint, dict[str, Any], dict[str, Any]]]:
+    texts: TextSource, count: int, thread_id: str = "raw", window: int = 20
+) -> Iterator[PutArgs]:
     """``(config, checkpoint, metadata, new_versions)`` as LangGraph passes them to ``put``.
 
     Mirrors a chat graph: the ``messages`` channel changes at every
     checkpoint, ``profile`` only every ``PROFILE_EVERY`` checkpoints, and
     ``new_versions`` holds only the channels that changed. To keep a
     10,000-checkpoint thread quick to build, ``messages`` keeps a sliding
-    window of the last 20 messages instead of growing without bound.
+    window of the last ``window`` messages instead of growing without bound.
     """
     checkpoint = empty_checkpoint()
     parent_id: str | None = None
@@ -108,7 +115,7 @@ def raw_checkpoints(
     for step in range(count):
         checkpoint = {**checkpoint, "id": str(uuid6(clock_seq=step))}
         message_type = HumanMessage if step % 2 == 0 else AIMessage
-        messages = [*messages[-19:], message_type(texts.text(), id=str(uuid.uuid4()))]
+        messages = [*messages[-(window - 1) :], message_type(texts.text(), id=str(uuid.uuid4()))]
         values = dict(checkpoint["channel_values"])
         values["messages"] = messages
         changed = ["messages"]
@@ -127,4 +134,43 @@ def raw_checkpoints(
             config["configurable"]["checkpoint_id"] = parent_id
         metadata = {"source": "loop", "step": step, "parents": {}}
         yield config, checkpoint, metadata, new_versions
+        parent_id = checkpoint["id"]
+
+
+def big_checkpoints(
+    texts: TextSource, count: int, state_chars: int = 1_000_000, thread_id: str = "big"
+) -> Iterator[PutArgs]:
+    """``count`` puts of a chat state holding ``state_chars`` characters of messages.
+
+    Each checkpoint drops the oldest message and appends a new one, so every
+    put stores a changed ``messages`` channel of the same size (~1 MB by default).
+    """
+    messages: list[Any] = []
+    size = 0
+    while size < state_chars:
+        message_type = HumanMessage if len(messages) % 2 == 0 else AIMessage
+        messages.append(message_type(texts.text(), id=str(uuid.uuid4())))
+        size += len(messages[-1].content)
+    parent_id: str | None = None
+    checkpoint = empty_checkpoint()
+    for step in range(count):
+        message_type = HumanMessage if (len(messages) + step) % 2 == 0 else AIMessage
+        messages = [*messages[1:], message_type(texts.text(), id=str(uuid.uuid4()))]
+        version = f"{step + 1:032}.{0.5:016}"
+        checkpoint = {
+            **checkpoint,
+            "id": str(uuid6(clock_seq=step)),
+            "channel_values": {"messages": messages},
+            "channel_versions": {"messages": version},
+            "versions_seen": {"reply": {"messages": version}},
+        }
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        if parent_id is not None:
+            config["configurable"]["checkpoint_id"] = parent_id
+        yield (
+            config,
+            checkpoint,
+            {"source": "loop", "step": step, "parents": {}},
+            {"messages": version},
+        )
         parent_id = checkpoint["id"]

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import click
 import typer
@@ -98,11 +98,18 @@ def run(argv: Sequence[str] | None) -> int:
 def out() -> Console:
     """A console on stdout: colour only on a terminal and without ``NO_COLOR``."""
     wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=wide)
+    return Console(
+        file=sys.stdout, highlight=False, soft_wrap=True, width=wide, color_system=_colours()
+    )
 
 
 def err() -> Console:
-    return Console(file=sys.stderr, highlight=False)
+    return Console(file=sys.stderr, highlight=False, color_system=_colours())
+
+
+def _colours() -> Literal["auto"] | None:
+    # rich drops colours for NO_COLOR but keeps bold and underline: none of either
+    return None if os.environ.get("NO_COLOR") else "auto"
 
 
 @contextlib.contextmanager

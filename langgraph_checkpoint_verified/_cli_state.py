@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from typing import Annotated, Any
 
@@ -27,6 +28,12 @@ INTERRUPT = "__interrupt__"
 
 def open_store(store: str, key_file: str | None, *, quarantine: bool = False) -> VerifiedSaver:
     """An existing store; a missing path, a file or a non-store is a one-line error."""
+    with contextlib.suppress(OSError), open(store, "rb") as maybe_sqlite:
+        if maybe_sqlite.read(16) == b"SQLite format 3\x00":
+            raise cli.CommandError(
+                f"{store} is a SQLite database, not a store; `{cli.PROG} migrate {store} STORE` "
+                "copies a SqliteSaver database into one"
+            )
     return cli._open_existing(
         argparse.Namespace(store=store, key_file=key_file), quarantine=quarantine
     )
@@ -406,6 +413,7 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
             print_json(summary)
             return cli.EXIT_OK
         grid = table("", "")
+        grid.show_header = False
         for name, value in summary.items():
             grid.add_row(name.replace("_", " "), cli._text(value))
         out().print(grid)

@@ -218,7 +218,7 @@ def _thread_or_fail(saver: VerifiedSaver, thread_id: str | None, store: str) -> 
     # still exists, and verify/repair must be able to name it.
     if thread_id is not None and thread_id not in saver._thread_ids():
         raise CommandError(
-            f"no thread {thread_id!r} in {store}; `{PROG} inspect {store}` lists them"
+            f"no thread {thread_id!r} in {store}; `{PROG} threads {store}` lists them"
         )
     return thread_id
 
@@ -556,29 +556,38 @@ def _diff(args: argparse.Namespace) -> int:
             }
         )
         return EXIT_OK
-    print(f"thread {args.thread!r}  namespace {_ns_label(args.ns)}")
-    print(f"A {_checkpoint_id(older)}  step {_text(older.metadata.get('step'))}")
-    print(f"B {_checkpoint_id(newer)}  step {_text(newer.metadata.get('step'))}")
+    from langgraph_checkpoint_verified._cli_app import out
+
+    console = out()
+    colour = {"+": "green", "-": "red", "~": "yellow"}
+
+    def say(line: str, sign: str = "") -> None:
+        # markup off: values are printed as they are, whatever brackets they hold
+        console.print(line, style=colour.get(sign), markup=False)
+
+    say(f"thread {args.thread!r}  namespace {_ns_label(args.ns)}")
+    say(f"A {_checkpoint_id(older)}  step {_text(older.metadata.get('step'))}")
+    say(f"B {_checkpoint_id(newer)}  step {_text(newer.metadata.get('step'))}")
     if not changes:
-        print("no channel differs")
+        say("no channel differs")
     for change in changes:
         channel = change["channel"]
         if change["change"] == "added":
-            print(f"+ {channel}: {_short(change['b'])}")
+            say(f"+ {channel}: {_short(change['b'])}", "+")
         elif change["change"] == "removed":
-            print(f"- {channel}: {_short(change['a'])}")
+            say(f"- {channel}: {_short(change['a'])}", "-")
         elif "messages" in change:
             counts = ", ".join(
                 f"{len(change['messages'][kind])} {kind}"
                 for kind in ("added", "removed", "changed")
                 if change["messages"][kind]
             )
-            print(f"~ {channel}: {counts}")
+            say(f"~ {channel}: {counts}", "~")
             for sign, kind in (("+", "added"), ("-", "removed"), ("~", "changed")):
                 for message in change["messages"][kind]:
-                    print(f"    {sign} {_describe_message(message)}")
+                    say(f"    {sign} {_describe_message(message)}", sign)
         else:
-            print(f"~ {channel}: {_short(change['a'])} -> {_short(change['b'])}")
+            say(f"~ {channel}: {_short(change['a'])} -> {_short(change['b'])}", "~")
     return EXIT_OK
 
 
@@ -594,7 +603,7 @@ def _resolve_id(found: dict[str, CheckpointTuple], wanted: str, thread_id: str, 
         )
     raise CommandError(
         f"no verified checkpoint {wanted!r} in thread {thread_id!r} namespace {_ns_label(ns)}; "
-        f"`{PROG} inspect STORE --thread {thread_id}` lists them"
+        f"`{PROG} history STORE {thread_id}` lists them"
     )
 
 

@@ -13,10 +13,12 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
 from test_cli import (
     build_graph,
@@ -117,9 +119,8 @@ def test_threads_names_counts_and_interrupts(store: Path) -> None:
 def test_history_newest_first_with_changed_channels(store: Path) -> None:
     rows = ok_json("history", store, "alpha")["checkpoints"]
     assert [r["step"] for r in rows] == [4, 3, 2, 1, 0, -1]
-    assert rows[0]["changed_channels"] == ["branch:to:reply", "messages", "turns"] or set(
-        rows[0]["changed_channels"]
-    ) >= {"messages", "turns"}
+    assert {"messages", "turns"} <= set(rows[0]["changed_channels"])
+    assert rows[0]["parent_checkpoint_id"] == rows[1]["checkpoint_id"]
     assert all(r["status"] == "ok" for r in rows)
     assert len(ok_json("history", store, "alpha", "--limit", "2")["checkpoints"]) == 2
 
@@ -144,8 +145,15 @@ def test_stats(store: Path) -> None:
 
 
 def test_piped_and_no_color_output_has_no_escape_codes(store: Path) -> None:
+    items = history(store, "alpha")
+    a, b = by_step(items, -1), by_step(items, 4)
     for env in ({}, {"NO_COLOR": "1", "FORCE_COLOR": ""}):
-        for argv in (("threads", store), ("history", store, "alpha"), ("show", store, "waiting")):
+        for argv in (
+            ("threads", store),
+            ("history", store, "alpha"),
+            ("show", store, "waiting"),
+            ("diff", store, "alpha", a, b),
+        ):
             done = console(*argv, env=env)
             assert done.returncode == 0
             assert not ESCAPE.search(done.stdout + done.stderr)
@@ -173,6 +181,8 @@ def test_bad_input_is_one_line_and_nonzero(store: Path, tmp_path: Path) -> None:
         assert done.returncode != 0, argv
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, argv
         assert done.stderr.startswith("langgraph-verified: error: "), argv
+    sqlite_given = console("threads", sqlite_file).stderr
+    assert "is a SQLite database, not a store" in sqlite_given and "migrate" in sqlite_given
 
 
 def test_history_counts_each_checkpoint_s_bytes(store: Path) -> None:
@@ -239,3 +249,72 @@ def test_prune_dry_run_then_keep_latest(tmp_path: Path) -> None:
     assert len(history(store, "alpha")) == 1
     assert console("prune", store, "beta", "--strategy", "delete").returncode == 0
     assert history(store, "beta") == []
+
+
+def on_a_terminal(*argv: Any, env: dict[str, str]) -> bytes:
+    """What the command prints to a terminal (a pseudo-terminal as its stdout)."""
+    import pty
+
+    main, child = pty.openpty()
+    try:
+        subprocess.run(
+            [str(SCRIPT), *map(str, argv)],
+            stdout=child,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "TERM": "xterm-256color", **env},
+            timeout=120,
+            check=True,
+        )
+    finally:
+        os.close(child)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the terminal's other side is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    return b"".join(chunks)
+
+
+def test_colour_on_a_terminal_and_none_with_no_color(store: Path) -> None:
+    argv = ("history", store, "alpha", "--limit", "1")
+    assert b"\x1b[" in on_a_terminal(*argv, env={"NO_COLOR": ""})
+    plain = on_a_terminal(*argv, env={"NO_COLOR": "1"})
+    assert b"\x1b[" not in plain and b"STATUS" in plain
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def agent(state: Chat) -> dict[str, Any]:
+    if isinstance(state["messages"][-1], ToolMessage):
+        return {"messages": [AIMessage("it is sunny")]}
+    call = {"name": "weather", "args": {"city": "Oslo"}, "id": "call-1"}
+    return {"messages": [AIMessage("", tool_calls=[call])]}
+
+
+def weather(state: Chat) -> dict[str, Any]:
+    return {"messages": [ToolMessage("sunny, 21 C", tool_call_id="call-1")]}
+
+
+def test_show_puts_tool_results_under_their_calls(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    builder = StateGraph(Chat)
+    builder.add_node("agent", agent)
+    builder.add_node("weather", weather)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges(
+        "agent", lambda s: "weather" if s["messages"][-1].tool_calls else END
+    )
+    builder.add_edge("weather", "agent")
+    graph = builder.compile(checkpointer=VerifiedSaver(store))
+    graph.invoke({"messages": [("user", "weather in Oslo?")]}, config("tools"))
+    lines = console("show", store, "tools").stdout.splitlines()
+    calls = lines.index("    calls weather({'city': 'Oslo'})")
+    assert lines[calls + 1] == "      -> sunny, 21 C"
+    assert "  ai: it is sunny" in lines and "  human: weather in Oslo?" in lines

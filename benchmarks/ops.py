@@ -1,0 +1,284 @@
+"""Figures 3, 4 and 6: single saver calls, timed one by one, savers interleaved.
+
+* ``calls_section`` (4): rounds of ``put`` + ``get_tuple`` + ``list(limit=10)`` on a
+  growing chat-shaped thread, then rounds of ``put`` of a ~1 MB state, for
+  VerifiedSaver (files, and in memory) next to SqliteSaver and InMemorySaver.
+* ``history_section`` (3 and 6): a 10,000-checkpoint thread written once into a
+  store and a SQLite database; ``get_tuple`` of the newest checkpoint and
+  ``list(limit=10)`` in interleaved rounds; a new saver opened and asked for the
+  newest checkpoint; then the newest K checkpoints damaged (recovery).
+
+Every saver measured is opened with its defaults (``VerifiedSaver(path)``
+fsyncs). Fixtures that are only read are written with ``fsync=False`` (and
+SQLite's ``synchronous=OFF``), which writes the same bytes faster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from chat import MEMORY, SQLITE, VERIFIED_FILES, VERIFIED_MEMORY
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from measure import p50_p99, percentile, rotated, tree_bytes
+from workload import TextSource, big_checkpoints, raw_checkpoints
+
+from langgraph_checkpoint_verified import VerifiedSaver
+
+CALL_SAVERS = (VERIFIED_FILES, SQLITE, VERIFIED_MEMORY, MEMORY)
+CALL_COMPARISONS = ((VERIFIED_FILES, SQLITE), (VERIFIED_MEMORY, MEMORY))
+LIST_LIMIT = 10
+
+
+def open_saver(name: str, workdir: Path) -> Any:
+    if name == VERIFIED_FILES:
+        return VerifiedSaver(workdir / "verified")
+    if name == SQLITE:
+        return SqliteSaver(sqlite3.connect(workdir / "sqlite.db", check_same_thread=False))
+    if name == VERIFIED_MEMORY:
+        return VerifiedSaver.in_memory()
+    if name == MEMORY:
+        return InMemorySaver()
+    raise ValueError(name)
+
+
+def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return time.perf_counter() - started, result
+
+
+def compare(stats: dict[str, dict[str, float]], pairs: Any) -> dict[str, dict[str, float]]:
+    """Ratios of p50 to p50 and p99 to p99 (distributions, so not paired)."""
+    return {
+        f"{name} / {base}": {
+            "p50": stats[name]["p50_ms"] / stats[base]["p50_ms"],
+            "p99": stats[name]["p99_ms"] / stats[base]["p99_ms"],
+        }
+        for name, base in pairs
+    }
+
+
+# -- 4. put / get_tuple / list, and put of a 1 MB state ---------------------------
+
+
+def calls_section(settings: Any, workdir: Path) -> dict[str, Any]:
+    workdir.mkdir()
+    savers = {name: open_saver(name, workdir) for name in CALL_SAVERS}
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"put": [], "get_tuple": [], "list": [], "put_1mb": []} for name in CALL_SAVERS
+    }
+    config = {"configurable": {"thread_id": "calls"}}
+    calls = list(raw_checkpoints(TextSource(seed=3), settings.call_rounds, thread_id="calls"))
+    for round_, args in enumerate(calls):
+        for name in rotated(CALL_SAVERS, round_):
+            saver = savers[name]
+            seconds, _ = timed(saver.put, *args)
+            samples[name]["put"].append(seconds)
+            seconds, found = timed(saver.get_tuple, config)
+            samples[name]["get_tuple"].append(seconds)
+            assert found is not None and found.checkpoint["id"] == args[1]["id"], name
+            seconds, items = timed(lambda s=saver: list(s.list(config, limit=LIST_LIMIT)))
+            samples[name]["list"].append(seconds)
+            assert len(items) == min(LIST_LIMIT, round_ + 1), name
+
+    big = list(big_checkpoints(TextSource(seed=5), settings.big_rounds, state_chars=1_000_000))
+    state_chars = sum(len(m.content) for m in big[0][1]["channel_values"]["messages"])
+    for round_, args in enumerate(big):
+        for name in rotated(CALL_SAVERS, round_):
+            seconds, _ = timed(savers[name].put, *args)
+            samples[name]["put_1mb"].append(seconds)
+    savers[SQLITE].conn.close()
+
+    out: dict[str, Any] = {
+        "rounds": settings.call_rounds,
+        "big_rounds": settings.big_rounds,
+        "big_state_chars": state_chars,
+        "big_state_messages": len(big[0][1]["channel_values"]["messages"]),
+        "list_limit": LIST_LIMIT,
+    }
+    for op in ("put", "get_tuple", "list", "put_1mb"):
+        stats = {name: p50_p99(samples[name][op]) for name in CALL_SAVERS}
+        out[op] = {**stats, "ratios": compare(stats, CALL_COMPARISONS)}
+    return {"calls": out}
+
+
+# -- 3 and 6. a 10,000-checkpoint thread ----------------------------------------
+
+
+def build_history(store: Path, db: Path, count: int) -> list[str]:
+    """Write the same ``count`` checkpoints into a store and a SQLite database."""
+    writer = VerifiedSaver(store, fsync=False)
+    conn = sqlite3.connect(db, check_same_thread=False)
+    conn.execute("PRAGMA synchronous=OFF")
+    sqlite_writer = SqliteSaver(conn)
+    ids: list[str] = []
+    for args in raw_checkpoints(TextSource(seed=4), count, thread_id="history"):
+        writer.put(*args)
+        sqlite_writer.put(*args)
+        ids.append(args[1]["id"])
+    conn.close()
+    os.sync()  # nothing left for a measured saver's fsync to flush
+    return ids
+
+
+def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
+    workdir.mkdir()
+    store = workdir / "store"
+    db = workdir / "sqlite.db"
+    count = settings.history_checkpoints
+    started = time.perf_counter()
+    ids = build_history(store, db, count)
+    build_seconds = time.perf_counter() - started
+    newest = max(ids)
+    config = {"configurable": {"thread_id": "history"}}
+    names = (VERIFIED_FILES, SQLITE)
+
+    # newest checkpoint and list(limit=10) on savers that stay open
+    savers = {
+        VERIFIED_FILES: VerifiedSaver(store),
+        SQLITE: SqliteSaver(sqlite3.connect(db, check_same_thread=False)),
+    }
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"get_tuple": [], "list": [], "open_get_tuple": []} for name in names
+    }
+    for round_ in range(settings.history_rounds):
+        for name in rotated(names, round_):
+            seconds, found = timed(savers[name].get_tuple, config)
+            samples[name]["get_tuple"].append(seconds)
+            assert found is not None and found.checkpoint["id"] == newest, name
+            if round_ % settings.history_list_every:
+                continue  # SqliteSaver's list takes ~0.1 s here: fewer rounds of it
+            seconds, items = timed(lambda s=savers[name]: list(s.list(config, limit=LIST_LIMIT)))
+            samples[name]["list"].append(seconds)
+            assert len(items) == LIST_LIMIT, name
+    savers[SQLITE].conn.close()
+
+    # a new saver each time: open + get_tuple
+    for round_ in range(settings.open_rounds):
+        for name in rotated(names, round_):
+            started = time.perf_counter()
+            if name == SQLITE:
+                saver = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
+            else:
+                saver = VerifiedSaver(store)
+            found = saver.get_tuple(config)
+            samples[name]["open_get_tuple"].append(time.perf_counter() - started)
+            assert found is not None and found.checkpoint["id"] == newest, name
+            if name == SQLITE:
+                saver.conn.close()
+
+    out: dict[str, Any] = {
+        "checkpoints": count,
+        "build_seconds": build_seconds,
+        "store_bytes": tree_bytes(store)["apparent"],
+        "list_limit": LIST_LIMIT,
+    }
+    for op in ("get_tuple", "list", "open_get_tuple"):
+        stats = {name: p50_p99(samples[name][op]) for name in names}
+        out[op] = {**stats, "ratios": compare(stats, [(VERIFIED_FILES, SQLITE)])}
+    return {"history": out, "recovery": recovery(settings, workdir, store, db, ids)}
+
+
+# -- 6. recovery --------------------------------------------------------------------
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def files_by_checkpoint(root: Path) -> dict[str, list[Path]]:
+    """Files whose name holds a checkpoint id (docs/format.md: ``checkpoints/<C>.ckpt``)."""
+    found: dict[str, list[Path]] = {}
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            match = _UUID.search(name)
+            if match:
+                found.setdefault(match.group(0), []).append(Path(dirpath, name))
+    return found
+
+
+def flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.unlink()  # break the hard link: the pristine store must stay intact
+    with path.open("wb") as file:
+        file.write(bytes(data))
+        file.flush()
+        os.fsync(file.fileno())  # no dirty page left for the timed saver's first fsync
+
+
+def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]) -> dict:
+    """Open + get_tuple with the newest K checkpoints damaged (one byte flipped in each).
+
+    Each case works on a copy of the store made of hard links (a byte-for-byte
+    copy would leave ~100 MB of dirty pages for the first fsync to write back),
+    with the damaged files rewritten. Timed: ``VerifiedSaver(copy)`` (defaults)
+    + ``get_tuple``, the first read, which quarantines the damage, and the same
+    again with a new saver. Baseline: SqliteSaver open + ``get_tuple`` on the same
+    checkpoints, undamaged (SQLite cannot read past damage at all).
+    """
+    newest_first = sorted(ids, reverse=True)
+    by_id = files_by_checkpoint(store)
+    missing = [c for c in newest_first[: max(settings.recovery_damaged)] if c not in by_id]
+    if missing:
+        # the store no longer keeps a file per checkpoint: nothing here knows how to damage one
+        return {"skipped": f"no file named after checkpoint {missing[0]} in the store"}
+    config = {"configurable": {"thread_id": "history"}}
+    samples: dict[int, dict[str, list[float]]] = {
+        k: {"first": [], "second": [], "sqlite": []} for k in settings.recovery_damaged
+    }
+    checks: dict[int, dict[str, Any]] = {}
+    for repeat in range(settings.recovery_repeats):
+        for damaged in rotated(settings.recovery_damaged, repeat):
+            copy = workdir / f"copy-{damaged}-{repeat}"
+            shutil.copytree(store, copy, copy_function=os.link)
+            for checkpoint_id in newest_first[:damaged]:
+                for path in by_id[checkpoint_id]:
+                    flip_byte(copy / path.relative_to(store))
+            expected = newest_first[damaged]
+
+            started = time.perf_counter()
+            saver = VerifiedSaver(copy)
+            found = saver.get_tuple(config)
+            samples[damaged]["first"].append(time.perf_counter() - started)
+            checks[damaged] = {
+                "returned_expected": found is not None and found.checkpoint["id"] == expected,
+                "quarantined_records": saver.stats.quarantined_records,
+            }
+
+            started = time.perf_counter()
+            found = VerifiedSaver(copy).get_tuple(config)
+            samples[damaged]["second"].append(time.perf_counter() - started)
+            checks[damaged]["second_returned_expected"] = (
+                found is not None and found.checkpoint["id"] == expected
+            )
+
+            started = time.perf_counter()
+            sqlite_saver = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
+            baseline = sqlite_saver.get_tuple(config)
+            samples[damaged]["sqlite"].append(time.perf_counter() - started)
+            sqlite_saver.conn.close()
+            assert baseline is not None
+            shutil.rmtree(copy)
+
+    cases = {}
+    for damaged, series in samples.items():
+        first = percentile(series["first"], 50)
+        sqlite_time = percentile(series["sqlite"], 50)
+        cases[str(damaged)] = {
+            "first_read_ms": 1000 * first,
+            "second_read_ms": 1000 * percentile(series["second"], 50),
+            "sqlite_open_get_tuple_ms": 1000 * sqlite_time,
+            "first_ratio_vs_sqlite": first / sqlite_time,
+            **checks[damaged],
+        }
+    return {
+        "checkpoints": len(ids),
+        "repeats": settings.recovery_repeats,
+        "cases": cases,
+    }

@@ -1,0 +1,567 @@
+"""results.md (the same tables go to stdout) and the PNG plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from chat import (
+    COMPARISONS,
+    MEMORY,
+    SAVERS,
+    SQLITE,
+    SQLITE_ASYNC,
+    VERIFIED_FILES,
+    VERIFIED_FILES_ASYNC,
+    VERIFIED_MEMORY,
+)
+
+HEADER = "| figure | VerifiedSaver | baseline | ratio |\n|---|---:|---:|---:|"
+PLOTS = {
+    "overhead": "overhead_per_step.png",
+    "step": "step_time.png",
+    "disk": "bytes_on_disk.png",
+}
+
+_SHORT = {
+    VERIFIED_FILES: "files, invoke",
+    VERIFIED_FILES_ASYNC: "files, ainvoke",
+    VERIFIED_MEMORY: "in_memory(), invoke",
+}
+
+
+def ms(value: float) -> str:
+    if value >= 100:
+        return f"{value:.0f} ms"
+    if value >= 10:
+        return f"{value:.1f} ms"
+    return f"{value:.2f} ms"
+
+
+def mb(value: float) -> str:
+    return f"{value / 1e6:.1f} MB"
+
+
+def x(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def row(figure: str, verified: str, baseline: str, ratio: str) -> str:
+    return f"| {figure} | {verified} | {baseline} | {ratio} |"
+
+
+def base_name(name: str) -> str:
+    return name.split(",")[0]
+
+
+# -- sections ----------------------------------------------------------------------
+
+
+def chat_tables(results: dict[str, Any]) -> list[str]:
+    chat = results["chat"]
+    lengths = chat["lengths"]
+    at = chat["at_length"]
+    rounds = at[str(lengths[0])]["rounds"]
+    lines = [
+        "## 1. Per-step overhead in a chat graph",
+        "",
+        f"One `graph.invoke` (or `ainvoke`) per step, ~1 KB of new messages per step, "
+        f"{chat['steps']} steps ({chat['checkpoints']:,} checkpoints per saver), six savers "
+        f"interleaved step by step. Overhead = wall time covered by the saver's own "
+        f"`put`/`put_writes`/`get_tuple` calls (async twins for `ainvoke`) in that step. "
+        f"Each figure is the median over the {rounds} steps centred on the length; "
+        f"the ratio is the median of the per-step ratios (both savers ran that step one "
+        f"after the other), so it can differ from the quotient of the two medians.",
+        "",
+        HEADER,
+    ]
+    for length in lengths:
+        entry = at[str(length)]
+        for name, base in COMPARISONS:
+            lines.append(
+                row(
+                    f"overhead/step at {length} steps, {_SHORT[name]}",
+                    ms(entry[name]["saver_ms"]),
+                    f"{base_name(base)} {ms(entry[base]['saver_ms'])}",
+                    x(entry["ratios"][f"{name} / {base}"]["saver"]),
+                )
+            )
+    lines += [
+        "",
+        "Whole step (`graph.invoke` wall time, what the caller waits):",
+        "",
+        HEADER,
+    ]
+    for length in lengths:
+        entry = at[str(length)]
+        for name, base in COMPARISONS[:3]:
+            lines.append(
+                row(
+                    f"step at {length} steps, {_SHORT[name]}",
+                    ms(entry[name]["step_ms"]),
+                    f"{base_name(base)} {ms(entry[base]['step_ms'])}",
+                    x(entry["ratios"][f"{name} / {base}"]["step"]),
+                )
+            )
+    lines += ["", "All savers, median per step (saver calls / whole step):", ""]
+    lines.append("| saver | " + " | ".join(f"{n} steps" for n in lengths) + " |")
+    lines.append("|---|" + "---:|" * len(lengths))
+    for name in SAVERS:
+        cells = [
+            f"{ms(at[str(n)][name]['saver_ms'])} / {ms(at[str(n)][name]['step_ms'])}"
+            for n in lengths
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def disk_tables(results: dict[str, Any]) -> list[str]:
+    disk = results["disk"]
+    growth = disk["growth"]
+    lines = [
+        "## 2. Bytes on disk after the chat",
+        "",
+        "The `graph.invoke` stores of section 1, measured while open: allocated bytes "
+        "(`du`; st_blocks), SQLite's database with its -wal and -shm files. "
+        "File bytes (st_size) are in the JSON.",
+        "",
+        HEADER,
+    ]
+    for length, sizes in disk["at_length"].items():
+        verified, sqlite = sizes[VERIFIED_FILES], sizes[SQLITE]
+        lines.append(
+            row(
+                f"on disk after {length} steps",
+                f"{mb(verified['allocated'])} ({verified['files']:,} files)",
+                f"SqliteSaver {mb(sqlite['allocated'])}",
+                x(verified["allocated"] / sqlite["allocated"]),
+            )
+        )
+    lines.append(
+        row(
+            f"growth {growth['to']} / {growth['from']} steps",
+            x(growth[VERIFIED_FILES]),
+            f"SqliteSaver {x(growth[SQLITE])}",
+            x(growth[VERIFIED_FILES] / growth[SQLITE]),
+        )
+    )
+    lines.append("")
+    return lines
+
+
+def history_tables(results: dict[str, Any]) -> list[str]:
+    history = results["history"]
+    lines = [
+        f"## 3. Reads on a {history['checkpoints']:,}-checkpoint thread",
+        "",
+        f"Files store vs SQLite database holding the same chat-shaped checkpoints "
+        f"(20-message window), savers interleaved; p50/p99 of "
+        f"{history['get_tuple'][VERIFIED_FILES]['samples']} rounds of get_tuple, "
+        f"{history['list'][VERIFIED_FILES]['samples']} of list and "
+        f"{history['open_get_tuple'][VERIFIED_FILES]['samples']} of open + get_tuple.",
+        "",
+        HEADER,
+    ]
+    titles = {
+        "get_tuple": "get_tuple (newest)",
+        "list": f"list(limit={history['list_limit']})",
+        "open_get_tuple": "new saver: open + get_tuple",
+    }
+    for op, title in titles.items():
+        entry = history[op]
+        ratios = entry["ratios"][f"{VERIFIED_FILES} / {SQLITE}"]
+        for pct in ("p50", "p99"):
+            lines.append(
+                row(
+                    f"{title}, {pct}",
+                    ms(entry[VERIFIED_FILES][f"{pct}_ms"]),
+                    f"SqliteSaver {ms(entry[SQLITE][f'{pct}_ms'])}",
+                    x(ratios[pct]),
+                )
+            )
+    lines.append("")
+    return lines
+
+
+def calls_tables(results: dict[str, Any]) -> list[str]:
+    calls = results["calls"]
+    lines = [
+        "## 4. Single calls: put, get_tuple, list, put of a 1 MB state",
+        "",
+        f"{calls['rounds']} interleaved rounds of put + get_tuple + "
+        f"list(limit={calls['list_limit']}) on one chat-shaped thread; then "
+        f"{calls['big_rounds']} rounds of put of a state of "
+        f"{calls['big_state_messages']:,} messages ({calls['big_state_chars'] / 1e6:.2f} M "
+        f"characters), the messages channel changed each time. With "
+        f"{calls['big_rounds']} samples, p99 is close to the largest.",
+        "",
+        HEADER,
+    ]
+    titles = {
+        "put": "put",
+        "get_tuple": "get_tuple",
+        "list": f"list(limit={calls['list_limit']})",
+        "put_1mb": "put, 1 MB state",
+    }
+    for op, title in titles.items():
+        entry = calls[op]
+        for name, base, where in (
+            (VERIFIED_FILES, SQLITE, "files"),
+            (VERIFIED_MEMORY, MEMORY, "memory"),
+        ):
+            ratios = entry["ratios"][f"{name} / {base}"]
+            for pct in ("p50", "p99"):
+                lines.append(
+                    row(
+                        f"{title}, {where}, {pct}",
+                        ms(entry[name][f"{pct}_ms"]),
+                        f"{base} {ms(entry[base][f'{pct}_ms'])}",
+                        x(ratios[pct]),
+                    )
+                )
+    lines.append("")
+    return lines
+
+
+def cli_tables(results: dict[str, Any]) -> list[str]:
+    cli = results["cli"]
+    store, thread = cli["inspect_store"], cli["export_thread"]
+    startup = cli["median_s"]["startup (--help)"]
+    lines = [
+        "## 5. The console script",
+        "",
+        f"`{' '.join(Path(c).name for c in cli['command'])}` run as a subprocess, median of "
+        f"{cli['rounds']} interleaved rounds. The stores were written by the chat graph: "
+        f"{store['threads']} threads x {store['turns']} steps for `inspect`, one thread of "
+        f"{thread['turns']} steps for `export` (its JSON lines: {mb(thread['output_bytes'])}). "
+        f"Baseline: the script's start-up alone (`--help`).",
+        "",
+        HEADER,
+        row(
+            f"inspect STORE ({store['checkpoints']:,} checkpoints)"
+            if store["checkpoints"]
+            else "inspect STORE",
+            f"{cli['median_s']['inspect']:.2f} s",
+            f"start-up {startup:.2f} s",
+            x(cli["ratio_vs_startup"]["inspect"]),
+        ),
+        row(
+            f"export --thread T ({thread['checkpoints']:,} checkpoints)",
+            f"{cli['median_s']['export']:.2f} s",
+            f"start-up {startup:.2f} s",
+            x(cli["ratio_vs_startup"]["export"]),
+        ),
+        "",
+    ]
+    return lines
+
+
+def recovery_tables(results: dict[str, Any]) -> list[str]:
+    rec = results["recovery"]
+    lines = ["## 6. Recovery: open + get_tuple with the newest K checkpoints damaged", ""]
+    if "skipped" in rec:
+        return [*lines, f"Not measured: {rec['skipped']}.", ""]
+    lines += [
+        f"A {rec['checkpoints']:,}-checkpoint thread (section 3's store, hard-linked copies), "
+        f"one byte flipped in each of the newest K checkpoint files; median of "
+        f"{rec['repeats']}. First read quarantines the damage; the second is a new saver "
+        f"on the repaired copy. Baseline: SqliteSaver open + get_tuple, undamaged "
+        f"(SQLite cannot fall back past damage).",
+        "",
+        HEADER,
+    ]
+    for damaged, case in rec["cases"].items():
+        note = "" if case["returned_expected"] else " (returned the wrong checkpoint!)"
+        lines.append(
+            row(
+                f"K={damaged}, first read{note}",
+                ms(case["first_read_ms"]),
+                f"SqliteSaver {ms(case['sqlite_open_get_tuple_ms'])}",
+                x(case["first_ratio_vs_sqlite"]),
+            )
+        )
+        lines.append(
+            row(
+                f"K={damaged}, second read",
+                ms(case["second_read_ms"]),
+                f"SqliteSaver {ms(case['sqlite_open_get_tuple_ms'])}",
+                x(case["second_read_ms"] / case["sqlite_open_get_tuple_ms"]),
+            )
+        )
+    lines.append("")
+    return lines
+
+
+def fsync_tables(results: dict[str, Any]) -> list[str]:
+    chat = results["chat"]
+    lines = [
+        "## 7. fsync calls per chat step",
+        "",
+        "`os.fsync` + `os.fdatasync` calls during each step of section 1, counted by "
+        "wrapping both (SQLite syncs from C, out of sight: no baseline).",
+        "",
+        HEADER,
+    ]
+    for name in (VERIFIED_FILES, VERIFIED_FILES_ASYNC):
+        for length in chat["lengths"]:
+            entry = chat["at_length"][str(length)][name]
+            lines.append(
+                row(
+                    f"fsyncs/step at {length} steps, {_SHORT[name]} (median)",
+                    f"{entry['fsyncs']:g}",
+                    "",
+                    "",
+                )
+            )
+        totals = chat["fsyncs"][name]
+        lines.append(
+            row(
+                f"fsyncs/step over the whole chat, {_SHORT[name]} (mean)",
+                f"{totals['per_step_mean']:.2f}",
+                "",
+                "",
+            )
+        )
+        lines.append(
+            row(
+                f"fsyncs per saver call, {_SHORT[name]} (mean)",
+                f"{totals['per_saver_call_mean']:.2f}",
+                "",
+                "",
+            )
+        )
+    lines.append("")
+    return lines
+
+
+def headline(results: dict[str, Any]) -> list[str]:
+    lines = ["## Headline", "", HEADER]
+    if "chat" in results:
+        chat = results["chat"]
+        lengths = chat["lengths"]
+        for length in (lengths[len(lengths) // 2], lengths[-1]):
+            entry = chat["at_length"][str(length)]
+            for name, base in COMPARISONS[:3]:
+                lines.append(
+                    row(
+                        f"overhead/step at {length} steps, {_SHORT[name]}",
+                        ms(entry[name]["saver_ms"]),
+                        f"{base_name(base)} {ms(entry[base]['saver_ms'])}",
+                        x(entry["ratios"][f"{name} / {base}"]["saver"]),
+                    )
+                )
+    if "disk" in results:
+        disk = results["disk"]
+        top = max(disk["at_length"], key=int)
+        sizes = disk["at_length"][top]
+        lines.append(
+            row(
+                f"on disk after {top} steps",
+                mb(sizes[VERIFIED_FILES]["allocated"]),
+                f"SqliteSaver {mb(sizes[SQLITE]['allocated'])}",
+                x(sizes[VERIFIED_FILES]["allocated"] / sizes[SQLITE]["allocated"]),
+            )
+        )
+        growth = disk["growth"]
+        lines.append(
+            row(
+                f"disk growth {growth['to']} / {growth['from']} steps",
+                x(growth[VERIFIED_FILES]),
+                f"SqliteSaver {x(growth[SQLITE])}",
+                x(growth[VERIFIED_FILES] / growth[SQLITE]),
+            )
+        )
+    if "history" in results:
+        history = results["history"]
+        for op, title in (("get_tuple", "get_tuple (newest)"), ("list", "list(limit=10)")):
+            entry = history[op]
+            lines.append(
+                row(
+                    f"{title} on {history['checkpoints']:,} checkpoints, p50",
+                    ms(entry[VERIFIED_FILES]["p50_ms"]),
+                    f"SqliteSaver {ms(entry[SQLITE]['p50_ms'])}",
+                    x(entry["ratios"][f"{VERIFIED_FILES} / {SQLITE}"]["p50"]),
+                )
+            )
+    if "calls" in results:
+        calls = results["calls"]
+        for op, title in (("put", "put"), ("put_1mb", "put, 1 MB state")):
+            entry = calls[op]
+            lines.append(
+                row(
+                    f"{title}, files, p50",
+                    ms(entry[VERIFIED_FILES]["p50_ms"]),
+                    f"SqliteSaver {ms(entry[SQLITE]['p50_ms'])}",
+                    x(entry["ratios"][f"{VERIFIED_FILES} / {SQLITE}"]["p50"]),
+                )
+            )
+    if "cli" in results:
+        cli = results["cli"]
+        lines.append(
+            row(
+                f"inspect STORE, {cli['inspect_store']['checkpoints'] or '?'} checkpoints",
+                f"{cli['median_s']['inspect']:.2f} s",
+                f"start-up {cli['median_s']['startup (--help)']:.2f} s",
+                x(cli["ratio_vs_startup"]["inspect"]),
+            )
+        )
+    if "cases" in results.get("recovery", {}):
+        cases = results["recovery"]["cases"]
+        worst = max(cases, key=int)
+        lines.append(
+            row(
+                f"open + get_tuple, newest {worst} damaged",
+                ms(cases[worst]["first_read_ms"]),
+                f"SqliteSaver (undamaged) {ms(cases[worst]['sqlite_open_get_tuple_ms'])}",
+                x(cases[worst]["first_ratio_vs_sqlite"]),
+            )
+        )
+    if "chat" in results:
+        fsyncs = results["chat"]["fsyncs"][VERIFIED_FILES]
+        lines.append(row("fsyncs per step, files (mean)", f"{fsyncs['per_step_mean']:.2f}", "", ""))
+    lines.append("")
+    return lines
+
+
+_PARTS = (
+    (headline, None, ""),
+    (chat_tables, "chat", "## 1. Per-step overhead in a chat graph"),
+    (disk_tables, "disk", "## 2. Bytes on disk after the chat"),
+    (history_tables, "history", "## 3. Reads on a long thread"),
+    (calls_tables, "calls", "## 4. Single calls: put, get_tuple, list, put of a 1 MB state"),
+    (cli_tables, "cli", "## 5. The console script"),
+    (recovery_tables, "recovery", "## 6. Recovery"),
+    (fsync_tables, "chat", "## 7. fsync calls per chat step"),
+)
+"""(renderer, the results key it needs, its title when that key is missing)."""
+
+
+def markdown(results: dict[str, Any], plots: dict[str, str] | None, plot_note: str) -> str:
+    env = results["environment"]
+    synchronous = results.get("chat", {}).get("sqlite_pragma_synchronous", "?")
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Reproduce: `{results['command']}` (what `make bench` runs). Method: "
+        f"[README.md](README.md).",
+        "",
+        f"* run: {results['started']}, {results['total_seconds']:.0f} s in all "
+        f"({', '.join(f'{k} {v:.0f} s' for k, v in results['section_seconds'].items())})",
+        f"* code: {results['code']}",
+        f"* machine: Python {env['python']}, {env['platform']}, {env['cpus']} CPUs, "
+        f"load average at start {env['load_average']}",
+        f"* SQLite {env['sqlite']}, `PRAGMA synchronous` = {synchronous} (2 = FULL); "
+        f'LangGraph\'s default durability (`"async"`); `VerifiedSaver(path)` with its '
+        f"defaults (fsync on)",
+        "",
+    ]
+    for name, why in results.get("failed", {}).items():
+        lines += [f"**Section {name} failed**: {why}", ""]
+    if plots:
+        lines += [
+            f"![per-step overhead vs chat length](results/{PLOTS['overhead']})",
+            f"![bytes on disk vs chat length](results/{PLOTS['disk']})",
+            f"![step time vs chat length](results/{PLOTS['step']})",
+            "",
+        ]
+    else:
+        lines += [f"Plots not drawn: {plot_note}", ""]
+    for part, key, title in _PARTS:
+        if key is None or key in results:
+            lines += part(results)
+        else:
+            lines += [title, "", "Not measured: the section failed (see the run's stderr).", ""]
+    return "\n".join(lines)
+
+
+# -- plots -----------------------------------------------------------------------------
+
+_STYLE = {
+    VERIFIED_FILES: ("tab:blue", "-"),
+    VERIFIED_FILES_ASYNC: ("tab:blue", "--"),
+    VERIFIED_MEMORY: ("tab:cyan", "-"),
+    SQLITE: ("tab:red", "-"),
+    SQLITE_ASYNC: ("tab:red", "--"),
+    MEMORY: ("tab:gray", "-"),
+}
+
+
+def plot(results: dict[str, Any], directory: Path) -> tuple[dict[str, str] | None, str]:
+    """Draw the PNGs into ``directory``; (names, "") or (None, why not)."""
+    if "chat" not in results or "disk" not in results:
+        return None, "the chat section failed."
+    try:
+        import matplotlib
+    except ImportError:
+        return None, "matplotlib is not installed (`pip install -e '.[bench]'`)."
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    directory.mkdir(parents=True, exist_ok=True)
+    chat = results["chat"]
+    tiles = chat["tiles"]
+    command = results["command"]
+    for key, ylabel, title in (
+        ("saver", "ms per step in saver calls", "Per-step overhead of the checkpointer"),
+        ("step", "ms per graph.invoke / ainvoke", "Time per chat step"),
+    ):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for name in SAVERS:
+            color, style = _STYLE[name]
+            ax.plot(tiles["lengths"], tiles[name][key], style, color=color, label=name)
+            ax.plot(
+                chat["lengths"],
+                [chat["at_length"][str(n)][name][f"{key}_ms"] for n in chat["lengths"]],
+                "o",
+                color=color,
+            )
+        ax.set_xlabel("chat length (steps, ~1 KB of messages each)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(
+            f"{title}: lines, median of each {tiles['tile_steps']} steps; "
+            f"dots, median of the {2 * chat['half_window'] + 1} steps around a length\n{command}",
+            fontsize=9,
+        )
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(directory / PLOTS["overhead" if key == "saver" else "step"], dpi=110)
+        plt.close(fig)
+
+    every = results["disk"]["every"]
+    lengths = [int(n) for n in every]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, label in (
+        (VERIFIED_FILES, "VerifiedSaver(path)"),
+        (SQLITE, "SqliteSaver (db + -wal + -shm)"),
+    ):
+        color, _ = _STYLE[name]
+        ax.plot(
+            lengths,
+            [every[str(n)][name]["allocated"] / 1e6 for n in lengths],
+            "o-",
+            color=color,
+            label=label,
+            markersize=3,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")  # log-log: a line's slope is the growth, 1 linear, 2 quadratic
+    plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
+    ax.set_xlabel("chat length (steps, ~1 KB of messages each)")
+    ax.set_ylabel("MB on disk (du)")
+    ax.set_title(
+        f"Bytes on disk after the chat (log-log: slope 1 = linear growth, 2 = quadratic)"
+        f"\n{command}",
+        fontsize=10,
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(directory / PLOTS["disk"], dpi=110)
+    plt.close(fig)
+    return dict(PLOTS), ""

@@ -1,7 +1,8 @@
 """A LangGraph checkpointer that verifies every record it reads, recovers past damage,
 and runs side effects once."""
 
-from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage, Storage
+from langgraph_checkpoint_verified._log import FileStorage
+from langgraph_checkpoint_verified._storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
     RecordDamagedError,

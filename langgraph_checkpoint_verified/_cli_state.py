@@ -218,11 +218,10 @@ def _checkpoint_bytes(
     saver: VerifiedSaver, thread_id: str, checkpoint_ns: str, checkpoint_id: str
 ) -> int | None:
     try:
-        return os.path.getsize(
-            saver.storage.location(_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))
-        )
+        data = saver.storage.read(_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))
     except OSError:
         return None
+    return len(data) if data is not None else None
 
 
 @app.command()

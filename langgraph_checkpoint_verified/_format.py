@@ -121,6 +121,14 @@ class Codec:
             self._local.compressor = compressor
         return compressor
 
+    def _decompressor(self) -> zstandard.ZstdDecompressor:
+        # like the compressor: one per thread, as making one costs more than a small record
+        decompressor = getattr(self._local, "decompressor", None)
+        if decompressor is None:
+            decompressor = zstandard.ZstdDecompressor()
+            self._local.decompressor = decompressor
+        return decompressor
+
     # -- digests ---------------------------------------------------------
 
     def _digest(self, data: bytes | memoryview, size: int, person: bytes) -> bytes:
@@ -218,7 +226,7 @@ class Codec:
                 f"zstd frame declares {frame_size} bytes, header says {content_size}"
             )
         try:
-            content = zstandard.ZstdDecompressor().decompress(payload, max_output_size=content_size)
+            content = self._decompressor().decompress(payload, max_output_size=content_size)
         except zstandard.ZstdError as exc:
             raise RecordDamagedError(f"payload does not decompress: {exc}") from None
         if len(content) != content_size:

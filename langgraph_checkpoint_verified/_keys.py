@@ -35,6 +35,8 @@ _PLAIN_SEGMENT = re.compile(r"[a-z0-9_-]+")
 CHECKPOINT_SUFFIX = ".ckpt"
 WRITES_SUFFIX = ".wr"
 TEMP_PREFIX = ".tmp-"
+NORMAL_WRITES_SLOT = "n"
+"""Slot name of a task's regular writes; special writes use their negative index."""
 
 
 def _utf8(value: str) -> bytes:

@@ -7,6 +7,7 @@ segments that ``_keys`` has already made safe.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import hashlib
 import os
@@ -16,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -37,7 +38,7 @@ _FILE_MODE = 0o600
 class Storage(Protocol):
     """What a record store offers: whole records, written, read, listed and removed by key.
 
-    ``FileStorage`` and ``MemoryStorage`` implement it; an object store could.
+    ``FileStorage`` (``_log``) and ``MemoryStorage`` implement it; an object store could.
     """
 
     def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
@@ -94,9 +95,26 @@ class Storage(Protocol):
         """Hold a lock on ``prefix``, shared or exclusive, across processes using the store."""
         ...
 
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        """``write`` for several records at once (one durable step where the store can)."""
+        ...
 
-class FileStorage:
-    """Records as files under one directory.
+    def greatest_name(self, prefix: str) -> str | None:
+        """``max(self.list(prefix))``, or ``None``: the newest checkpoint without listing all."""
+        ...
+
+    def compact(self, prefix: str) -> None:
+        """Reclaim the space of records deleted or replaced under a thread ``prefix``."""
+        ...
+
+
+class RecordFileStorage:
+    """Records as files under one directory, one file each.
+
+    What ``FileStorage`` keeps outside thread logs (the store marker, the
+    quarantine), and how stores were laid out before logs (still read).
 
     Every write goes to a uniquely named temporary file in the destination
     directory, is flushed and fsynced, renamed into place, and the directory is
@@ -115,7 +133,7 @@ class FileStorage:
         self.root = Path(root).absolute()
         self.fsync = fsync
         if self.root.exists() and not self.root.is_dir():
-            raise NotADirectoryError(f"store path {self.root} exists and is not a directory")
+            raise NotADirectoryError(_not_a_store(self.root))
         self._root = str(self.root)
         # Directories this store made (or found) durably, so that a write need not
         # stat its way down the tree every time. Only a hint: delete_tree, or
@@ -384,11 +402,22 @@ class FileStorage:
             raise ValueError(f"unsafe storage key {key!r}")
         return f"{self._root}/{key}" if key else self._root
 
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        return [self.write(k, d, replace=replace, durable=durable) for k, d in items]
+
+    def compact(self, prefix: str) -> None:
+        """Nothing to reclaim: a deleted file is gone."""
+
+    def greatest_name(self, prefix: str) -> str | None:
+        return max(self.list(prefix), default=None)
+
     def __repr__(self) -> str:
-        return f"FileStorage({self._root!r}, fsync={self.fsync})"
+        return f"RecordFileStorage({self._root!r}, fsync={self.fsync})"
 
 
-class _IndexedRecords(dict[str, bytes]):
+class _IndexedRecords(dict[str, Any]):
     """The memory store's records: a dict that also knows what lies under each prefix.
 
     ``children[prefix]`` counts, for each name directly under ``prefix``, the
@@ -400,6 +429,8 @@ class _IndexedRecords(dict[str, bytes]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         self.children: dict[str, dict[str, int]] = {}
+        # the greatest name under a prefix, once asked for: the newest checkpoint id
+        self.newest: dict[str, str] = {}
         self.update(*args, **kwargs)
 
     def _count(self, key: str, step: int) -> None:
@@ -411,13 +442,18 @@ class _IndexedRecords(dict[str, bytes]):
             left = names.get(name, 0) + step
             if left:
                 names[name] = left
+                newest = self.newest.get(parent)
+                if newest is not None and name > newest:
+                    self.newest[parent] = name
             else:
                 del names[name]
+                if self.newest.get(parent) == name:
+                    del self.newest[parent]  # found again when asked
                 if not names:
                     del self.children[parent]
             end = after
 
-    def __setitem__(self, key: str, value: bytes) -> None:
+    def __setitem__(self, key: str, value: Any) -> None:
         if key not in self:
             self._count(key, 1)
         super().__setitem__(key, value)
@@ -433,7 +469,7 @@ class _IndexedRecords(dict[str, bytes]):
             return value
         return super().pop(key, *default)
 
-    def popitem(self) -> tuple[str, bytes]:
+    def popitem(self) -> tuple[str, Any]:
         key, value = super().popitem()
         self._count(key, -1)
         return key, value
@@ -454,9 +490,20 @@ class _IndexedRecords(dict[str, bytes]):
     def clear(self) -> None:
         super().clear()
         self.children.clear()
+        self.newest.clear()
 
     def names_under(self, prefix: str) -> list[str]:
         return list(self.children.get(prefix, ()))
+
+    def greatest_name_under(self, prefix: str) -> str | None:
+        """``max(names_under(prefix))``, kept up to date after the first time."""
+        newest = self.newest.get(prefix)
+        if newest is None:
+            names = self.children.get(prefix)
+            if not names:
+                return None
+            newest = self.newest[prefix] = max(names)
+        return newest
 
     def keys_under(self, prefix: str) -> list[str]:
         """Every key strictly under ``prefix``, unsorted."""
@@ -552,6 +599,18 @@ class MemoryStorage:
         with self._lock:
             yield
 
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        return [self.write(k, d, replace=replace, durable=durable) for k, d in items]
+
+    def compact(self, prefix: str) -> None:
+        """Nothing to reclaim: a deleted record is gone."""
+
+    def greatest_name(self, prefix: str) -> str | None:
+        with self._lock:
+            return self._records.greatest_name_under(prefix)
+
     def __repr__(self) -> str:
         return f"MemoryStorage({len(self._records)} records)"
 
@@ -610,3 +669,19 @@ def _process_alive(pid: int) -> bool:
     except OSError as exc:
         return exc.errno != errno.ESRCH
     return True
+
+
+def _not_a_store(path: Path) -> str:
+    """Why ``path`` cannot be a store, and what to do instead."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        head = b""
+    if head == b"SQLite format 3\x00":
+        return (
+            f"{path} is a SQLite database, not a store (a store is a directory). To move "
+            f"a SqliteSaver's checkpoints into a store: langgraph-verified migrate {path} "
+            f"<new store directory>, then open that directory"
+        )
+    return f"store path {path} exists and is not a directory: a store is a directory"

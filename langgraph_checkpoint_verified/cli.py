@@ -32,10 +32,11 @@ from typing import Any, TextIO
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple, SerializerProtocol
 
+from langgraph_checkpoint_verified._marker import STORE_MARKER_KEY
 from langgraph_checkpoint_verified._storage import QUARANTINE_PREFIX
 from langgraph_checkpoint_verified.errors import StoreKeyError, VerifiedSaverError
 from langgraph_checkpoint_verified.recovery import Damage, VerifyReport
-from langgraph_checkpoint_verified.saver import STORE_MARKER_KEY, VerifiedSaver
+from langgraph_checkpoint_verified.saver import VerifiedSaver
 
 PROG = "langgraph-verified"
 EXIT_OK = 0
@@ -430,6 +431,12 @@ def _repair(args: argparse.Namespace) -> int:
         _print_report(saver, survey)
         print("nothing to repair")
         return EXIT_OK
+    # where each checkpoint is now: once moved, its key names nothing any more
+    was_at = {
+        key: saver.storage.location(key)
+        for u in survey.unusable_checkpoints
+        for key in [_keys.checkpoint_key(u.thread_id, u.checkpoint_ns, u.checkpoint_id)]
+    }
     with _progress(sys.stderr) as progress:
         report = saver.verify(thread_id, repair=True, progress=progress)
     moved = {d.quarantined_to: d for d in report.damaged if d.quarantined_to}
@@ -457,7 +464,7 @@ def _repair(args: argparse.Namespace) -> int:
         key = _keys.checkpoint_key(
             unusable.thread_id, unusable.checkpoint_ns, unusable.checkpoint_id
         )
-        print(f"moved {location(key)}")
+        print(f"moved {was_at.get(key) or location(key)}")
         print(f"   to {where}")
         print(f"      (checkpoint that can never load: {unusable.reason})")
     count = len(moved) + len(checkpoints_moved)

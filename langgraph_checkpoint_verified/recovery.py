@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -24,6 +25,7 @@ from typing import Any
 
 from langgraph_checkpoint_verified import _keys
 from langgraph_checkpoint_verified._format import Codec, RecordKind
+from langgraph_checkpoint_verified._log import FileStorage
 from langgraph_checkpoint_verified._records import (
     CheckpointRecord,
     canonical_key,
@@ -213,6 +215,39 @@ class DamageReporter:
             where,
         )
         return where
+
+    def damaged_span(
+        self, location: str, reason: str, data: bytes, claimed_key: str | None, span_id: str
+    ) -> Damage:
+        """Handle bytes between two intact log entries that are no entry (see ``_log``).
+
+        They name no record a read could ask for, so nothing falls back because of
+        them: they are reported, and copied byte for byte to the quarantine once
+        (the log itself is only ever rewritten by compaction, which drops them).
+        """
+        damage = Damage(
+            key=claimed_key or location,
+            location=location,
+            reason=f"damaged log entry: {reason}",
+            kind=kind_name(claimed_key or ""),
+        )
+        with self._lock:
+            self.stats.damaged_records += 1
+        outcome = ""
+        if self.quarantine_enabled:
+            base = f"{QUARANTINE_PREFIX}/span-{span_id}"
+            try:
+                if self.storage.write(f"{base}.record", data, replace=False, durable=False):
+                    self._write_reason(base, damage, durable=False)
+                    with self._lock:
+                        self.stats.quarantined_records += 1
+                damage = replace(damage, quarantined_to=self.storage.location(f"{base}.record"))
+                outcome = f" (copied to {damage.quarantined_to})"
+            except OSError as exc:
+                outcome = f" (not copied: {exc})"
+        logger.warning("damaged log entry at %s: %s%s", location, reason, outcome)
+        self._notify(damage)
+        return damage
 
     def unreadable(self, key: str, error: OSError) -> Damage:
         """Handle a record that could not be read at all: report it, never move it."""
@@ -527,7 +562,50 @@ def verify_store(
             findings = _repair(saver, prefix, thread, thread_keys, report)
         report.damaged.extend(findings.damaged)
         report.unusable_checkpoints.extend(findings.unusable)
+    if isinstance(storage, FileStorage):
+        _check_damaged_bytes(saver, storage, prefix, report, repair=repair)
     return report
+
+
+def _check_damaged_bytes(
+    saver: Any, storage: FileStorage, prefix: str, report: VerifyReport, *, repair: bool
+) -> None:
+    """Report damage between log entries that names no record; with ``repair``, compact it away.
+
+    Readers skip it already (and copied it to the quarantine when they found it);
+    compaction is what removes it from the log.
+    """
+    reporter: DamageReporter = saver.reporter
+    threads: set[str] = set()
+    for found in storage.damaged_bytes(prefix):
+        copy = f"{QUARANTINE_PREFIX}/span-{found.span_id}.record"
+        if repair and reporter.quarantine_enabled and storage.read(copy) is None:
+            reporter.damaged_span(
+                found.location, found.reason, found.data, found.claimed_key, found.span_id
+            )
+        report.damaged.append(
+            Damage(
+                key=found.claimed_key or found.location,
+                location=found.location,
+                reason=f"damaged log entry: {found.reason}",
+                kind=kind_name(found.claimed_key or ""),
+                quarantined_to=storage.location(copy) if storage.read(copy) is not None else None,
+            )
+        )
+        threads.add(found.location.rsplit("/log@", 1)[0])
+    if not (repair and reporter.quarantine_enabled and threads) or report.read_only:
+        return
+    root = storage.location("")
+    for directory in sorted(threads):
+        thread_prefix = os.path.relpath(directory, root)
+        try:
+            with storage.lock(thread_prefix, exclusive=True):
+                storage.compact(thread_prefix)
+        except OSError as exc:
+            if exc.errno not in CANNOT_WRITE_ERRNOS:
+                raise
+            report.read_only = True
+            return
 
 
 def _by_thread(keys: list[str]) -> list[tuple[str | None, list[str]]]:
@@ -884,7 +962,9 @@ def _repair_locked(
                 for cid in records
                 if cid not in doomed
             }
-            saver._remove_checkpoints(thread_id, checkpoint_ns, records, set(doomed))
+            from langgraph_checkpoint_verified import _maintenance  # it imports this module
+
+            _maintenance.remove_checkpoints(saver, thread_id, checkpoint_ns, records, set(doomed))
             for cid, stamp in stamps.items():
                 key = _keys.checkpoint_key(thread_id, checkpoint_ns, cid)
                 if storage.stamp(key) != stamp:

@@ -31,20 +31,29 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    PendingWrite,
     SerializerProtocol,
     get_checkpoint_id,
     get_checkpoint_metadata,
     writes_sort_key,
 )
 
-from langgraph_checkpoint_verified import _keys
+from langgraph_checkpoint_verified import (
+    _delta_history,
+    _keys,
+    _maintenance,
+    _marker,
+    _tool_records,
+)
+from langgraph_checkpoint_verified._config import PARENT_UNKNOWN as _PARENT_UNKNOWN
+from langgraph_checkpoint_verified._config import Unusable as _Unusable
+from langgraph_checkpoint_verified._config import config as _config
+from langgraph_checkpoint_verified._config import config_parts as _config_parts
 from langgraph_checkpoint_verified._format import (
     DEFAULT_COMPRESSION_LEVEL,
     Codec,
-    RecordKind,
-    pack,
 )
+from langgraph_checkpoint_verified._keys import NORMAL_WRITES_SLOT
+from langgraph_checkpoint_verified._log import FileStorage
 from langgraph_checkpoint_verified._records import (
     EMPTY_TYPE,
     VALUE_FULL,
@@ -52,15 +61,12 @@ from langgraph_checkpoint_verified._records import (
     StoredValue,
     Typed,
     WritesRecord,
-    canonical_key,
     decode_checkpoint,
     decode_writes,
     encode_checkpoint,
     encode_writes,
-    pack_typed,
-    unpack_typed,
 )
-from langgraph_checkpoint_verified._storage import FileStorage, MemoryStorage, Storage
+from langgraph_checkpoint_verified._storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified._values import (
     ListMemory,
     PartsCache,
@@ -68,18 +74,14 @@ from langgraph_checkpoint_verified._values import (
     ValueUnavailable,
     is_empty,
     load_value,
-    materialize,
     value_parts,
 )
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
     RecordDamagedError,
-    StoreKeyError,
-    StoreWriteError,
     VerifiedSaverError,
 )
 from langgraph_checkpoint_verified.recovery import (
-    CANNOT_WRITE_ERRNOS,
     Damage,
     DamageReporter,
     RecoveryStats,
@@ -89,32 +91,10 @@ from langgraph_checkpoint_verified.recovery import (
 
 T = TypeVar("T")
 
-NORMAL_WRITES_SLOT = "n"
-"""Slot name of a task's regular writes; special writes use their negative index."""
-
-STORE_MARKER_KEY = "store.marker"
-"""Key of the record saying whether the store is keyed (checked at open, one read)."""
 
 _REFS_CACHE_SIZE = 4096
 _MAINTENANCE_RETRIES = 8
 _ASYNC_LIST_BATCH = 64
-
-
-_PARENT_UNKNOWN = "\0unknown"
-"""``_Unusable.parent`` when nothing trustworthy says who the parent was."""
-
-
-class _Unusable(Exception):
-    """Internal: a checkpoint cannot be returned (its record or a dependency is bad).
-
-    ``parent`` is its parent's id as a verified header says it (``None``: it has
-    none), or ``_PARENT_UNKNOWN``.
-    """
-
-    def __init__(self, reason: str, *, parent: str | None = _PARENT_UNKNOWN) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.parent = parent
 
 
 class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAsyncContextManager):
@@ -200,6 +180,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self.reporter = DamageReporter(
             self.storage, self.codec, on_corruption=on_corruption, quarantine=quarantine
         )
+        if isinstance(self.storage, FileStorage):
+            self.storage.on_damaged_span = self.reporter.damaged_span
         # What put needs of a parent (its refs), keyed by checkpoint and trusted only
         # while the parent's storage stamp is unchanged: another saver may have
         # rewritten it (prune, delete_for_runs) since.
@@ -211,123 +193,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self._parts = PartsCache()
         self._lock = threading.Lock()
         self._closed = False
-        self._check_store_marker()
-
-    def _check_key_against_records(self, sample: int = 3) -> None:
-        """Raise ``StoreKeyError`` if the first few records say the key is wrong.
-
-        A header that verifies settles it. Records whose headers all fail are
-        judged by their keyed flag; an unkeyed store whose sample is damaged is
-        left to the normal read paths.
-        """
-        flags = []
-        for key in self.storage.walk("threads"):
-            try:
-                data = self.storage.read(key)
-            except OSError:
-                continue
-            if data is None:
-                continue
-            try:
-                self.codec.read_header(data)
-                return
-            except RecordDamagedError:
-                flags.append(Codec.keyed_flag(data))
-            if len(flags) >= sample:
-                break
-        if not flags:
-            return
-        where = self.storage.location("threads")
-        if not self.codec.key and any(flags):
-            raise StoreKeyError(
-                "this store's records were written with a key: pass VerifiedSaver(..., key=...)",
-                store_is_keyed=True,
-                marker=where,
-            )
-        if self.codec.key and not any(flags):
-            raise StoreKeyError(
-                "this store's records were written without a key: open it without key=",
-                store_is_keyed=False,
-                marker=where,
-            )
-        if self.codec.key:
-            raise StoreKeyError(
-                "the key does not verify any of this store's records",
-                store_is_keyed=True,
-                marker=where,
-            )
-
-    def _check_store_marker(self) -> None:
-        """Read (or create) the one small record that says how the store is protected.
-
-        Opening a keyed store without its key, or with another key, would make
-        every record look damaged, and reads would quarantine the whole store.
-        The marker turns that into one clear error at open time.
-        """
-        if isinstance(self.storage, MemoryStorage):
-            return  # born with this saver: it cannot have been written with another key
-        marker = self.codec.encode(
-            RecordKind.STORE_MARKER,
-            {"store": "marker"},
-            pack({"v": 1, "keyed": bool(self.codec.key)}),
-        )
-
-        def write_marker(*, replace: bool) -> bool | None:
-            # None: this process cannot write to the store. A store may be read-only
-            # for good reasons (a backup mounted read-only, a copy made to look at):
-            # it still opens, and the next saver that can write gives it its marker.
-            try:
-                return self.storage.write(STORE_MARKER_KEY, marker, replace=replace)
-            except StoreWriteError as exc:
-                if exc.errno not in CANNOT_WRITE_ERRNOS:
-                    raise
-                return None
-
-        data = self.storage.read(STORE_MARKER_KEY)
-        if data is None:
-            # no marker (a new store, or one copied without it): the records themselves
-            # must agree with the key before a marker vouches for it
-            self._check_key_against_records()
-            if not self.reporter.quarantine_enabled:
-                return  # a saver that only looks (quarantine=False) writes nothing
-            if write_marker(replace=False) is not False:
-                return  # made, or the store cannot be written: the records vouched for the key
-            data = self.storage.read(STORE_MARKER_KEY)  # another process made it first
-            if data is None:
-                return
-        try:
-            self.codec.decode(data, RecordKind.STORE_MARKER, {"store": "marker"})
-            return
-        except RecordDamagedError as exc:
-            reason = exc.reason
-            error = exc
-        keyed = Codec.keyed_flag(data)
-        where = self.storage.location(STORE_MARKER_KEY)
-        if keyed and not self.codec.key:
-            raise StoreKeyError(
-                "this store was written with a key: pass VerifiedSaver(..., key=...)",
-                store_is_keyed=True,
-                marker=where,
-            )
-        if keyed is False and self.codec.key:
-            raise StoreKeyError(
-                "this store was written without a key: open it without key=",
-                store_is_keyed=False,
-                marker=where,
-            )
-        if self.codec.key:
-            raise StoreKeyError(
-                f"the key does not match this store's ({reason}). If you are sure the key is "
-                f"right, the marker may be damaged: move it aside and open again; the key is "
-                f"then checked against the records themselves",
-                store_is_keyed=True,
-                marker=where,
-            )
-        # an unkeyed marker that does not verify is plain damage: set it aside, write anew
-        self.reporter.damaged(STORE_MARKER_KEY, error, data)
-        if not self.reporter.quarantine_enabled:
-            return  # reported; a saver that only looks leaves it as it is
-        write_marker(replace=True)
+        _marker.check_store_marker(self)
 
     # -- construction ------------------------------------------------------
 
@@ -500,8 +366,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         strict = self.strict if strict is None else strict
         skipped: builtins.list[str] = []
         saw_any = False
-        ids = self._unsorted_checkpoint_ids(thread_id, checkpoint_ns)
-        for checkpoint_id in _newest_first(ids):
+        for checkpoint_id in self._newest_first(thread_id, checkpoint_ns):
             saw_any = True
             try:
                 found = self._load(
@@ -839,6 +704,19 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 dropped.append((key, exc.reason))
             return None
         return record
+
+    def _newest_first(self, thread_id: str, checkpoint_ns: str) -> Iterator[str]:
+        """Checkpoint ids of one namespace, newest first, listing them all only if asked
+        for more than the newest (a fallback)."""
+        greatest = self.storage.greatest_name(_keys.checkpoints_prefix(thread_id, checkpoint_ns))
+        # An id LangGraph makes is its own name, and a name with no escape in it is
+        # greater than every name of a smaller id: that name is the newest checkpoint.
+        newest = _keys.checkpoint_id_of(greatest) if greatest and "~" not in greatest else None
+        if newest is None:
+            yield from _newest_first(self._unsorted_checkpoint_ids(thread_id, checkpoint_ns))
+            return
+        yield newest
+        yield from (i for i in self._checkpoint_ids(thread_id, checkpoint_ns) if i != newest)
 
     def _checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> builtins.list[str]:
         """Checkpoint ids of one namespace, newest first, from names alone (no file is read)."""
@@ -1209,21 +1087,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             value: What to keep (serialized with the saver's serde).
         """
         self._check_open()
-        thread_id = _keys.as_thread_id(thread_id)
-        _keys.require_text(checkpoint_ns, "checkpoint_ns")
-        _keys.require_text(tool_call_id, "tool_call_id")
-        _keys.require_text(fingerprint, "fingerprint")
-        record_kind = _tool_kind(kind)
-        identity = {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "tool_call_id": tool_call_id,
-            "fingerprint": fingerprint,
-        }
-        type_, blob = self.serde.dumps_typed(value)
-        self.storage.write(
-            canonical_key(record_kind, identity),
-            self.codec.encode(record_kind, identity, pack_typed((type_, blob))),
+        _tool_records.put_tool_record(
+            self, thread_id, checkpoint_ns, tool_call_id, kind, fingerprint=fingerprint, value=value
         )
 
     def get_tool_record(
@@ -1242,38 +1107,16 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         caller must tell "never written" from "written but unreadable").
         """
         self._check_open()
-        thread_id = _keys.as_thread_id(thread_id)
-        record_kind = _tool_kind(kind)
-        key = _keys.tool_record_key(thread_id, checkpoint_ns, tool_call_id, kind)
-        try:
-            data = self.storage.read(key)
-        except OSError as exc:
-            self.reporter.unreadable(key, exc)
-            return damaged  # unreadable is not "never written": it may exist
-        if data is None:
-            return None
-        try:
-            header, content = self.codec.decode_with_header(data, record_kind)
-            identity = header.identity
-            if canonical_key(record_kind, identity) != key:
-                raise RecordDamagedError(
-                    f"record belongs at {canonical_key(record_kind, identity)}"
-                )
-            typed = unpack_typed(content)
-        except RecordDamagedError as exc:
-            self.reporter.damaged(key, exc, data)
-            return damaged
-        return identity["fingerprint"], self.serde.loads_typed(typed)
+        return _tool_records.get_tool_record(
+            self, thread_id, checkpoint_ns, tool_call_id, kind, damaged=damaged
+        )
 
     def delete_tool_record(
         self, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
     ) -> None:
         """Remove one tool-call record (missing is fine)."""
         self._check_open()
-        _tool_kind(kind)
-        self.storage.delete(
-            _keys.tool_record_key(_keys.as_thread_id(thread_id), checkpoint_ns, tool_call_id, kind)
-        )
+        _tool_records.delete_tool_record(self, thread_id, checkpoint_ns, tool_call_id, kind)
 
     async def aput_tool_record(
         self,
@@ -1340,20 +1183,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             the ancestors a delta channel needs.
         """
         self._check_open()
-        doomed_runs = set(run_ids)
-        if not doomed_runs:
-            return
-        for thread_id in self._thread_ids():
-            with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=True):
-                for checkpoint_ns in self._namespaces(thread_id):
-                    records = self._records_of(thread_id, checkpoint_ns)
-                    doomed = {
-                        cid
-                        for cid, record in records.items()
-                        if self.serde.loads_typed(record.metadata).get("run_id") in doomed_runs
-                    }
-                    if doomed:
-                        self._remove_checkpoints(thread_id, checkpoint_ns, records, doomed)
+        _maintenance.delete_for_runs(self, run_ids)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``"keep_latest"`` keeps the newest verified checkpoint per namespace
@@ -1373,23 +1203,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         Tool-call records are kept (a resume from the kept checkpoint may need them).
         """
         self._check_open()
-        if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
-        for thread_id in thread_ids:
-            thread_id = _keys.as_thread_id(thread_id)
-            if not self.storage.list(_keys.thread_prefix(thread_id)):
-                continue  # no such thread: do not create one just to lock it
-            with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=True):
-                if strategy == "delete":
-                    self.storage.delete_tree(_keys.namespaces_prefix(thread_id))
-                    self._forget_thread(thread_id)
-                    continue
-                for checkpoint_ns in self._namespaces(thread_id):
-                    latest = self._latest(thread_id, checkpoint_ns, {}, strict=False)
-                    records = self._records_of(thread_id, checkpoint_ns)
-                    keep = latest.config["configurable"]["checkpoint_id"] if latest else None
-                    kept = {keep} | self._delta_ancestors(latest)
-                    self._remove_checkpoints(thread_id, checkpoint_ns, records, set(records) - kept)
+        _maintenance.prune(self, thread_ids, strategy=strategy)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every verified record of a thread (checkpoints, writes, tool records) to another.
@@ -1406,109 +1220,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             {'x': 1}
         """
         self._check_open()
-        source = _keys.as_thread_id(source_thread_id)
-        target = _keys.as_thread_id(target_thread_id)
-        if source == target:
-            return
-        source_prefix = _keys.thread_prefix(source)
-        checkpoints: builtins.list[tuple[str, bytes]] = []
-        for key in list(self.storage.walk(source_prefix)):
-            data = self.storage.read(key)
-            if data is None:
-                continue
-            try:
-                header = self.codec.read_header(data)
-                if canonical_key(header.kind, header.identity) != key:
-                    raise RecordDamagedError(
-                        f"record belongs at {canonical_key(header.kind, header.identity)}"
-                    )
-                identity = {**header.identity, "thread_id": target}
-                copied = self.codec.reframe(data, header.kind, identity)
-            except RecordDamagedError as exc:
-                self.reporter.damaged(key, exc, data)
-                continue
-            target_key = canonical_key(header.kind, identity)
-            if header.kind is RecordKind.CHECKPOINT:
-                checkpoints.append((target_key, copied))  # last, so they never point at nothing
-            else:
-                self.storage.write(target_key, copied)
-        for target_key, copied in sorted(checkpoints):
-            self.storage.write(target_key, copied)
-
-    def _records_of(self, thread_id: str, checkpoint_ns: str) -> dict[str, CheckpointRecord]:
-        """Every checkpoint record of a namespace that verifies (damage is reported)."""
-        records = {}
-        for checkpoint_id in self._checkpoint_ids(thread_id, checkpoint_ns):
-            key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
-            try:
-                record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
-            except _Unusable:
-                continue
-            if record is not None:
-                records[checkpoint_id] = record
-        return records
-
-    def _remove_checkpoints(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        records: dict[str, CheckpointRecord],
-        doomed: set[str],
-    ) -> None:
-        # First make every survivor independent of the records about to go...
-        for checkpoint_id, record in sorted(records.items()):  # oldest first: see below
-            if checkpoint_id in doomed:
-                continue
-            moved = {ch for ch, (_, holder) in record.refs.items() if holder in doomed}
-            for channel in moved:
-                version, holder_id = record.refs[channel]
-                holder = records.get(holder_id)
-                stored = holder.values.get(channel) if holder else None
-                if stored is None or stored.version != version:
-                    continue  # already unusable; nothing to carry over
-                record.values[channel] = stored
-                record.refs[channel] = (version, checkpoint_id)
-            # A list stored as an extension whose chain runs through a doomed record
-            # is stored whole. Older survivors are done first, so a chain that
-            # reaches one has already been cut there.
-            extended = {
-                channel
-                for channel, stored in record.values.items()
-                if _chain_reaches(records, channel, stored, doomed)
-            }
-            for channel in extended:
-                record.values[channel] = self._materialized(records, record, channel)
-            if not moved and not extended:
-                continue
-            if all(holder == checkpoint_id for _, holder in record.refs.values()):
-                record.since_full = 0
-            key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
-            self.storage.write(key, encode_checkpoint(self.codec, record))
-            self._remember_refs(record, self.storage.stamp(key))
-        # ...then remove them.
-        for checkpoint_id in doomed:
-            self.storage.delete(_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))
-            self.storage.delete_tree(_keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id))
-        self._forget_thread(thread_id)
-
-    def _materialized(
-        self, records: dict[str, CheckpointRecord], record: CheckpointRecord, channel: str
-    ) -> StoredValue:
-        """``record``'s value of ``channel`` stored whole (as it is if its chain is broken)."""
-        stored = record.values[channel]
-
-        def holder_values(holder_id: str) -> dict[str, StoredValue]:
-            holder = records.get(holder_id)
-            if holder is None:
-                raise ValueUnavailable(f"checkpoint {holder_id} is missing")
-            return holder.values
-
-        try:
-            return materialize(
-                self.serde, value_parts(record, channel, stored, holder_values), stored.version
-            )
-        except (ValueUnavailable, RecordDamagedError):
-            return stored  # already unusable: nothing to carry over
+        _maintenance.copy_thread(self, source_thread_id, target_thread_id)
 
     # -- delta channels ----------------------------------------------------
 
@@ -1555,167 +1267,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             >>> saver.get_delta_channel_history(config=config, channels=["items"])
             {'items': {'writes': []}}
         """
-        self._check_open()
-        if not channels:
-            return {}
-        thread_id, checkpoint_ns, checkpoint_id = _config_parts(config)
-        if checkpoint_id is None:
-            latest = self._latest(thread_id, checkpoint_ns, {})
-            if latest is None:
-                return {channel: {"writes": []} for channel in channels}
-            checkpoint_id = latest.config["configurable"]["checkpoint_id"]
-        history, _ = self._delta_history(thread_id, checkpoint_ns, checkpoint_id, channels)
-        return history
+        return _delta_history.delta_channel_history(self, config=config, channels=channels)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> dict[str, DeltaChannelHistory]:
         """Async twin of ``get_delta_channel_history``."""
         return await self._run(self.get_delta_channel_history, config=config, channels=channels)
-
-    def _delta_history(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, channels: Sequence[str]
-    ) -> tuple[dict[str, DeltaChannelHistory], set[str]]:
-        """The history of ``channels`` at a checkpoint, and the ancestors it was read from."""
-        quarantined = self.reporter.quarantined_under(f"{_keys.thread_prefix(thread_id)}/")
-
-        def cannot_use(damaged_id: str, reason: str) -> CheckpointDamagedError:
-            return CheckpointDamagedError(
-                thread_id,
-                checkpoint_ns,
-                damaged_id,
-                f"{reason}; the delta channel history of checkpoint {checkpoint_id} "
-                f"({', '.join(sorted(channels))}) runs through it",
-                advice=(
-                    "A delta channel rebuilt without it would hold a wrong value, so none "
-                    "was returned. Resume from a checkpoint older than the damage (its "
-                    "checkpoint_id from get_state_history) or restore the record from a "
-                    "backup; run `langgraph-verified verify` on the store for a full report."
-                ),
-            )
-
-        def exact(wanted_id: str) -> CheckpointRecord | None:
-            key = _keys.checkpoint_key(thread_id, checkpoint_ns, wanted_id)
-            try:
-                record = self._read_checkpoint(key, thread_id, checkpoint_ns, wanted_id)
-            except _Unusable as unusable:
-                raise cannot_use(wanted_id, unusable.reason) from None
-            if record is None and key in quarantined:
-                moved = quarantined[key]
-                raise cannot_use(wanted_id, f"quarantined ({moved.get('reason')})")
-            return record
-
-        target = exact(checkpoint_id)
-        remaining = set(channels)
-        seeds: dict[str, Any] = {}
-        newest_first: builtins.list[builtins.list[PendingWrite]] = []
-        visited: set[str] = set()
-        holders: dict[str, Any] = {}
-        current = target.parent_checkpoint_id if target is not None else None
-        while current is not None and remaining and current not in visited:
-            record = exact(current)
-            if record is None:
-                break  # deleted, not damaged: the walk ends here, as in BaseCheckpointSaver
-            visited.add(current)
-            found_here: dict[str, Any] = {}
-            for channel in remaining:
-                if channel not in record.refs:
-                    continue
-                try:
-                    parts = self._resolve(record, channel, holders)
-                    if not is_empty(parts):
-                        found_here[channel] = load_value(self.serde, parts)
-                except _Unusable as unusable:
-                    raise cannot_use(current, unusable.reason) from None
-                except RecordDamagedError as exc:
-                    raise cannot_use(current, exc.reason) from None
-            # a seed is the value before its own checkpoint's writes: those count too
-            newest_first.append(
-                self._complete_writes(
-                    thread_id, checkpoint_ns, current, remaining, quarantined, cannot_use
-                )
-            )
-            seeds.update(found_here)
-            remaining.difference_update(found_here)
-            current = record.parent_checkpoint_id
-        history: dict[str, DeltaChannelHistory] = {}
-        for channel in channels:
-            entry: DeltaChannelHistory = {
-                "writes": [
-                    write
-                    for writes in reversed(newest_first)
-                    for write in writes
-                    if write[1] == channel
-                ]
-            }
-            if channel in seeds:
-                entry["seed"] = seeds[channel]
-            history[channel] = entry
-        return history, visited
-
-    def _complete_writes(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        channels: set[str],
-        quarantined: dict[str, dict[str, Any]],
-        cannot_use: Callable[[str, str], CheckpointDamagedError],
-    ) -> builtins.list[PendingWrite]:
-        """Every pending write of ``channels`` at a checkpoint, in ``writes_sort_key`` order.
-
-        Raises what ``cannot_use`` makes if a regular-writes record there is
-        damaged, unreadable, or was quarantined (special writes, such as
-        errors and interrupts, never hold channel values).
-        """
-        prefix = _keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
-        regular = f".{NORMAL_WRITES_SLOT}{_keys.WRITES_SUFFIX}"
-        dropped: builtins.list[tuple[str, str]] = []
-        found: builtins.list[tuple[tuple[str, str, int], PendingWrite]] = []
-        names = self.storage.list(prefix)
-        for name in names:
-            key = f"{prefix}/{name}"
-            record = self._read_writes(
-                key, thread_id, checkpoint_ns, checkpoint_id, dropped=dropped
-            )
-            if record is None:
-                continue
-            for idx, channel, typed in record.writes:
-                if channel in channels:
-                    found.append(
-                        (
-                            writes_sort_key(record.task_path, record.task_id, idx),
-                            (record.task_id, channel, self.serde.loads_typed(typed)),
-                        )
-                    )
-        present = {f"{prefix}/{name}" for name in names}
-        # a record quarantined and written again since (its task ran again) is complete
-        dropped.extend(
-            (key, f"quarantined ({moved.get('reason')})")
-            for key, moved in quarantined.items()
-            if key.startswith(f"{prefix}/") and key not in present
-        )
-        for key, reason in dropped:
-            if key.endswith(regular):
-                raise cannot_use(
-                    checkpoint_id,
-                    f"its pending-writes record {self.storage.location(key)} is left out: {reason}",
-                )
-        found.sort(key=lambda item: item[0])
-        return [write for _, write in found]
-
-    def _delta_ancestors(self, kept: CheckpointTuple | None) -> set[str]:
-        """The ancestors the kept checkpoint's delta channels are rebuilt from (see ``prune``)."""
-        if kept is None:
-            return set()
-        counters = kept.metadata.get("counters_since_delta_snapshot") or {}
-        # as LangGraph does, walk only for channels with no value stored at the checkpoint
-        channels = [ch for ch in counters if ch not in kept.checkpoint["channel_values"]]
-        thread_id, checkpoint_ns, checkpoint_id = _config_parts(kept.config)
-        if not channels or checkpoint_id is None:
-            return set()
-        _, visited = self._delta_history(thread_id, checkpoint_ns, checkpoint_id, channels)
-        return visited
 
     # -- integrity ---------------------------------------------------------
 
@@ -1861,64 +1419,8 @@ def _newest_first(ids: builtins.list[str]) -> Iterator[str]:
     yield from sorted(ids, reverse=True)[1:]
 
 
-def _tool_kind(kind: str) -> RecordKind:
-    if kind == "intent":
-        return RecordKind.TOOL_INTENT
-    if kind == "result":
-        return RecordKind.TOOL_RESULT
-    raise ValueError(f"tool record kind must be 'intent' or 'result', got {kind!r}")
-
-
-def _config_parts(config: RunnableConfig) -> tuple[str, str, str | None]:
-    if not isinstance(config, dict) or not isinstance(config.get("configurable"), dict):
-        raise TypeError(
-            'config must be a dict like {"configurable": {"thread_id": "..."}}, got '
-            f"{config!r:.200}"
-        )
-    configurable = config["configurable"]
-    if "thread_id" not in configurable:
-        raise ValueError(
-            'config["configurable"]["thread_id"] is required: it names the thread to save to'
-        )
-    thread_id = _keys.as_thread_id(configurable["thread_id"])
-    checkpoint_ns = _keys.require_text(configurable.get("checkpoint_ns") or "", "checkpoint_ns")
-    checkpoint_id = configurable.get("checkpoint_id") or None
-    if checkpoint_id is not None:
-        _keys.require_text(checkpoint_id, "checkpoint_id")
-    return thread_id, checkpoint_ns, checkpoint_id
-
-
-def _chain_reaches(
-    records: dict[str, CheckpointRecord], channel: str, stored: StoredValue, doomed: set[str]
-) -> bool:
-    """Whether an extended value's chain of bases runs through one of ``doomed``."""
-    seen: set[str] = set()
-    while stored.base is not None:
-        base_id = stored.base[0]
-        if base_id in doomed:
-            return True
-        if base_id in seen or base_id not in records:
-            return False
-        seen.add(base_id)
-        base = records[base_id].values.get(channel)
-        if base is None:
-            return False
-        stored = base
-    return False
-
-
 def _writes_owner(record: WritesRecord) -> tuple[str, str, str]:
     return record.thread_id, record.checkpoint_ns, record.checkpoint_id
-
-
-def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
 
 
 def _check_checkpoint(checkpoint: Any) -> None:

@@ -63,7 +63,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -149,31 +149,51 @@ def idempotency_key(
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def current_idempotency_key() -> str:
+_T = TypeVar("_T")
+_RAISE: Any = object()
+
+
+@overload
+def current_idempotency_key() -> str: ...
+@overload
+def current_idempotency_key(default: _T) -> str | _T: ...
+def current_idempotency_key(default: Any = _RAISE) -> Any:
     """The idempotency key of the tool call being run by ``VerifiedToolNode``.
 
     Pass it to external APIs that de-duplicate requests (payment providers,
     mail services): a call repeated after a crash then has the same key.
 
+    Args:
+        default: Returned outside a ``VerifiedToolNode`` call instead of raising,
+            so one tool can run under a plain ``ToolNode`` too
+            (``current_idempotency_key(None)``).
+
     Raises:
-        LookupError: Outside a tool call run by a ``VerifiedToolNode``.
+        LookupError: Outside a tool call run by a ``VerifiedToolNode``, when no
+            ``default`` is given.
 
     Example:
         >>> from langchain_core.tools import tool
         >>> @tool
         ... def charge(amount: int) -> str:
         ...     \"\"\"Charge the card.\"\"\"
-        ...     return f"charged {amount} with key {current_idempotency_key()[:8]}"
-        >>> current_idempotency_key()
+        ...     key = current_idempotency_key(None) or "no key: not run by VerifiedToolNode"
+        ...     return f"charged {amount} ({key[:8]})"
+        >>> current_idempotency_key(None) is None
+        True
+        >>> current_idempotency_key()  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        LookupError: current_idempotency_key() works only inside a tool run by VerifiedToolNode
+        LookupError: current_idempotency_key() works only inside a tool run by VerifiedToolNode; ...
     """
     try:
         return _current_key.get()
     except LookupError:
+        if default is not _RAISE:
+            return default
         raise LookupError(
-            "current_idempotency_key() works only inside a tool run by VerifiedToolNode"
+            "current_idempotency_key() works only inside a tool run by VerifiedToolNode; "
+            "pass a default, e.g. current_idempotency_key(None), to ask without raising"
         ) from None
 
 
@@ -728,7 +748,7 @@ class VerifiedToolNode(ToolNode):
         checkpointer = configurable.get(CONFIG_KEY_CHECKPOINTER)
         saver = self.saver if self.saver is not None else checkpointer
         if not isinstance(saver, VerifiedSaver):
-            found = "no checkpointer" if saver is None else f"a {type(saver).__name__}"
+            found = "no checkpointer" if saver is None else _with_article(type(saver).__name__)
             raise TypeError(
                 f"VerifiedToolNode records tool calls in a VerifiedSaver, but the graph has "
                 f"{found}. Compile the graph with checkpointer=VerifiedSaver('checkpoints/') "
@@ -954,3 +974,8 @@ def _store_step(call: _Call, step: _Step) -> Any:
 
 def _is_error(result: Any) -> bool:
     return isinstance(result, ToolMessage) and result.status == "error"
+
+
+def _with_article(name: str) -> str:
+    """``"an InMemorySaver"``, ``"a SqliteSaver"``: for messages."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"

@@ -2,10 +2,13 @@
 permission would, when the real thing cannot be had (``chmod`` does not stop root).
 
 ``install(store, code)`` makes every call that would change something under the
-store fail with ``OSError(code)``: creating, opening for writing, renaming,
-linking, removing files and directories, and ``os.access(..., W_OK)`` answers
-no. Reading (``open(path, "rb")``, ``os.open`` read-only, listing) still works,
-and nothing outside the store is touched.
+store fail with ``OSError(code)``: creating, opening for writing (a thread's log
+is appended to through ``os.open(..., O_RDWR | O_APPEND)``), renaming, linking,
+removing files and directories (the quarantine is written that way), writing,
+truncating or syncing data through a descriptor of a file under the store, and
+``os.access(..., W_OK)`` answers no. Reading (``open(path, "rb")``, ``os.open``
+read-only, ``os.pread``, listing) still works, and nothing outside the store is
+touched.
 
 Run as a script, it installs that and then runs the console script as the user
 would:
@@ -41,12 +44,29 @@ def install(store: str | os.PathLike[str], code: int, patch: Any = setattr) -> N
     def refuse(path: Any) -> None:
         raise OSError(code, os.strerror(code), os.fsdecode(path))
 
-    real_open, real_access = os.open, os.access
+    real_open, real_access, real_close = os.open, os.access, os.close
+    store_fds: dict[int, str] = {}
+    """Descriptors of files under the store (opened read-only: the others are refused)."""
 
     def open_(path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
         if flags & _WRITE_FLAGS and under(path):
             refuse(path)
-        return real_open(path, flags, mode, dir_fd=dir_fd)
+        fd = real_open(path, flags, mode, dir_fd=dir_fd)
+        if under(path):
+            store_fds[fd] = os.fsdecode(path)
+        return fd
+
+    def close(fd: int) -> None:
+        store_fds.pop(fd, None)
+        real_close(fd)
+
+    def refusing_fd(real: Any) -> Any:
+        def call(fd: int, *args: Any, **kwargs: Any) -> Any:
+            if fd in store_fds:
+                refuse(store_fds[fd])
+            return real(fd, *args, **kwargs)
+
+        return call
 
     def access(path: Any, mode: int, **kwargs: Any) -> bool:
         if mode & os.W_OK and under(path):
@@ -63,7 +83,10 @@ def install(store: str | os.PathLike[str], code: int, patch: Any = setattr) -> N
         return call
 
     patch(os, "open", open_)
+    patch(os, "close", close)
     patch(os, "access", access)
+    for name in ("write", "pwrite", "ftruncate", "fdatasync"):
+        patch(os, name, refusing_fd(getattr(os, name)))
     for name, paths in [
         ("mkdir", 1),
         ("makedirs", 1),

@@ -1,7 +1,11 @@
 """The command line, run in-process (``main([...])``) and as a real process.
 
 Every store here is written by a real ``StateGraph`` (an echo chat with a
-message list and a turn counter), and every damage is done to the real files.
+message list and a turn counter), and every damage is done to the real files:
+each thread's records are entries of one log, ``threads/<T>/log``, so a record
+is damaged in place by flipping a byte of its entry, or replaced by appending
+an entry that holds other bytes under its key (a record damaged before it was
+framed: the entry verifies, the record does not).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import VerifiedSaver, cli
+from langgraph_checkpoint_verified import VerifiedSaver, _entries, cli
 from langgraph_checkpoint_verified.cli import main
 
 CONVERSATIONS = {"alpha": ["hi", "how are you?"], "beta": ["hello"]}
@@ -84,16 +88,55 @@ def history(store: Path, thread_id: str) -> list[Any]:
     return list(VerifiedSaver(store).list(config(thread_id)))
 
 
-def checkpoint_file(store: Path, checkpoint_id: str) -> Path:
-    (path,) = store.glob(f"threads/*/ns/*/checkpoints/{checkpoint_id}.ckpt")
-    return path
+def checkpoint_entry(store: Path, checkpoint_id: str) -> tuple[Path, _entries.Entry]:
+    """The log holding a checkpoint and its record's entry (the last one for its key)."""
+    found = []
+    for log in sorted(store.glob("threads/*/log")):
+        latest = {e.key: e for e in _entries.scan(log.read_bytes())[0]}
+        found += [
+            (log, entry)
+            for key, entry in latest.items()
+            if entry.kind == _entries.PUT and key.endswith(f"/checkpoints/{checkpoint_id}.ckpt")
+        ]
+    (only,) = found
+    return only
 
 
-def flip_byte(path: Path) -> bytes:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
-    return bytes(data)
+def located(log: Path, entry: _entries.Entry) -> str:
+    """How the store names where an intact entry's record lies."""
+    return f"{log}@{entry.data_offset} ({entry.key})"
+
+
+def flip_byte(log: Path, entry: _entries.Entry) -> bytes:
+    """Flip a byte in the middle of an entry's record, in place; the entry's bytes now.
+
+    Intact entries must follow it: damage in the last entry is a torn tail.
+    """
+    data = bytearray(log.read_bytes())
+    assert entry.end < len(data), "the entry is the log's last: a torn tail, not damage"
+    data[entry.data_offset + entry.data_size // 2] ^= 0x01
+    log.write_bytes(bytes(data))
+    return bytes(data[entry.offset : entry.end])
+
+
+def replace_record(log: Path, entry: _entries.Entry) -> tuple[bytes, str]:
+    """Append an entry holding the record with one byte flipped: the entry verifies, the
+    record does not. Returns the record's bytes now and where the store says they are."""
+    data = log.read_bytes()
+    record = bytearray(data[entry.data_offset : entry.data_offset + entry.data_size])
+    record[len(record) // 2] ^= 0x01
+    forged = _entries.encode_entry(_entries.PUT, entry.key, bytes(record))
+    with log.open("ab") as out:
+        out.write(forged)
+    (appended,), _, _ = _entries.scan(forged)
+    where = f"{log}@{len(data) + appended.data_offset} ({entry.key})"
+    return bytes(record), where
+
+
+def log_keys(log: Path) -> set[str]:
+    """The keys a log holds a record for now."""
+    latest = {e.key: e for e in _entries.scan(log.read_bytes())[0]}
+    return {key for key, entry in latest.items() if entry.kind == _entries.PUT}
 
 
 def by_step(items: list[Any], step: int) -> str:
@@ -195,14 +238,15 @@ def test_verify_reports_a_flipped_byte_and_moves_nothing(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     newest = history(store, "alpha")[0].config["configurable"]["checkpoint_id"]
-    damaged = checkpoint_file(store, newest)
-    damaged_bytes = flip_byte(damaged)
+    log, entry = checkpoint_entry(store, newest)
+    _, damaged = replace_record(log, entry)
+    log_bytes = log.read_bytes()
 
     code, out, _ = run(capsys, "verify", store)
     assert code == 1
     lines = out.splitlines()
     assert lines[1] == "damaged records: 1"
-    assert lines[2].split() == ["checkpoint", str(damaged)]
+    assert lines[2] == f"  checkpoint  {damaged}"
     assert lines[3].strip() == "record checksum mismatch"
     assert "unusable checkpoints: 1" in lines
     assert f"  thread 'alpha'  namespace (root)  {newest}" in lines
@@ -212,10 +256,10 @@ def test_verify_reports_a_flipped_byte_and_moves_nothing(
     report = json.loads(out)
     assert code == 1
     assert [(d["kind"], d["location"], d["reason"]) for d in report["damaged"]] == [
-        ("checkpoint", str(damaged), "record checksum mismatch")
+        ("checkpoint", damaged, "record checksum mismatch")
     ]
-    # checking is read-only: the damaged file is where it was, unchanged
-    assert damaged.read_bytes() == damaged_bytes
+    # checking is read-only: the log is as it was, nothing appended, nothing cut
+    assert log.read_bytes() == log_bytes
     assert not (store / "quarantine").exists()
     # the other thread alone is fine
     assert run(capsys, "verify", store, "--thread", "beta")[0] == 0
@@ -225,13 +269,16 @@ def test_inspect_skips_damage_without_moving_it(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     newest = history(store, "alpha")[0].config["configurable"]["checkpoint_id"]
-    flip_byte(checkpoint_file(store, newest))
+    log, entry = checkpoint_entry(store, newest)
+    replace_record(log, entry)
+    log_bytes = log.read_bytes()
     code, out, err = run(capsys, "inspect", store, "--json")
     assert code == 0
     alpha = json.loads(out)["threads"][0]["namespaces"][0]
     assert (alpha["checkpoints"], alpha["newest_step"]) == (5, 3)
     assert err.startswith("warning: 1 damaged record(s) found")
-    assert checkpoint_file(store, newest).exists()
+    assert log.read_bytes() == log_bytes
+    assert not (store / "quarantine").exists()
 
 
 def test_repair_quarantines_the_damaged_newest_checkpoint(
@@ -239,8 +286,8 @@ def test_repair_quarantines_the_damaged_newest_checkpoint(
 ) -> None:
     before = history(store, "alpha")
     newest = before[0].config["configurable"]["checkpoint_id"]
-    damaged = checkpoint_file(store, newest)
-    damaged_bytes = flip_byte(damaged)
+    log, entry = checkpoint_entry(store, newest)
+    damaged_bytes, damaged = replace_record(log, entry)
 
     code, out, _ = run(capsys, "repair", store)
     assert code == 0
@@ -251,7 +298,7 @@ def test_repair_quarantines_the_damaged_newest_checkpoint(
     assert quarantined.read_bytes() == damaged_bytes
     assert quarantined.with_suffix(".reason").exists()
     assert lines[2].strip() == "(checkpoint: record checksum mismatch)"
-    assert not damaged.exists()
+    assert entry.key not in log_keys(log)  # gone from the log, intact bytes and damaged
     assert lines[-2:] == [
         f"quarantined 1 record(s) under {store / 'quarantine'}",
         "the store verifies now",
@@ -274,30 +321,121 @@ def test_repair_moves_aside_checkpoints_that_can_never_load(
 ) -> None:
     items = history(store, "alpha")
     # step 1's record holds values that later checkpoints refer to
-    holder = checkpoint_file(store, by_step(items, 1))
-    flip_byte(holder)
+    log, holder = checkpoint_entry(store, by_step(items, 1))
+    damaged_entry = flip_byte(log, holder)
+    start = holder.data_offset - holder.offset
+    damaged_record = damaged_entry[start : start + holder.data_size]
     code, out, _ = run(capsys, "verify", store, "--thread", "alpha")
     assert code == 1
     unusable = [line.split()[-1] for line in out.splitlines() if line.startswith("  thread")]
     assert by_step(items, 1) in unusable and len(unusable) >= 2
+    intact = [checkpoint_entry(store, c) for c in unusable if c != by_step(items, 1)]
     looking = VerifiedSaver(store, quarantine=False)
     usable = [i.metadata["step"] for i in looking.list(config("alpha"))]
 
     code, out, _ = run(capsys, "repair", store, "--thread", "alpha")
     assert code == 0
     lines = out.splitlines()
-    for checkpoint_id in unusable:
-        assert f"moved {checkpoint_file_path(store, checkpoint_id)}" in lines
+    for _, entry in intact:  # where exactly: test_repair_names_where_it_moved_a_record_from
+        assert [line for line in lines if line.startswith("moved ") and entry.key in line]
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("moved ") and holder.key in line]
+    quarantined = Path(lines[at + 1].split("to ", 1)[1])
+    assert damaged_record in quarantined.read_bytes()  # what the entry held, moved aside
     assert lines[-1] == "the store verifies now"
-    assert not holder.exists()
+    assert not {holder.key, *(entry.key for _, entry in intact)} & log_keys(log)
     # reads return what they returned before: repair only moved what they skipped
     assert [i.metadata["step"] for i in history(store, "alpha")] == usable
     assert run(capsys, "verify", store, "--thread", "alpha")[0] == 0
 
 
-def checkpoint_file_path(store: Path, checkpoint_id: str) -> Path:
-    (thread_dir,) = store.glob("threads/alpha/ns/*/checkpoints")
-    return thread_dir / f"{checkpoint_id}.ckpt"
+def test_a_record_damaged_in_place_is_located_in_its_log(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The damaged entry's header still names its key: verify and repair point at
+    the log and the key, not at a file of the layout before logs that is not there."""
+    log, holder = checkpoint_entry(store, by_step(history(store, "alpha"), 1))
+    flip_byte(log, holder)
+    code, out, _ = run(capsys, "verify", store, "--json")
+    assert code == 1
+    (damaged,) = json.loads(out)["damaged"]
+    assert damaged["key"] == holder.key
+    assert damaged["location"].startswith(f"{log}@"), damaged["location"]
+    assert damaged["location"].endswith(f" ({holder.key})")
+
+
+def test_repair_names_where_it_moved_a_record_from(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint that can never load is moved out of the log: repair names the entry
+    it was, not a file of the layout before logs."""
+    items = history(store, "alpha")
+    log, holder = checkpoint_entry(store, by_step(items, 1))
+    log, dependent = checkpoint_entry(store, by_step(items, 4))
+    flip_byte(log, holder)
+    code, out, _ = run(capsys, "repair", store)
+    assert code == 0
+    assert f"moved {located(log, dependent)}" in out.splitlines()
+
+
+def test_a_store_opened_afresh_locates_a_record_in_its_log(store: Path) -> None:
+    """``location`` before anything was read names the log too (the CLI prints it)."""
+    log, entry = checkpoint_entry(store, by_step(history(store, "alpha"), 1))
+    assert VerifiedSaver(store).storage.location(entry.key) == located(log, entry)
+
+
+def test_a_flipped_byte_in_the_last_entry_is_damage_not_a_torn_tail(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A last entry complete by its own header but failing its checksum was written
+    whole, and may have been acknowledged: it is reported like damage anywhere else,
+    and never cut off as a torn tail would be."""
+    log = store / "threads" / "alpha" / "log"
+    entries, _, _ = _entries.scan(log.read_bytes())
+    last = entries[-1]
+    assert last.end == log.stat().st_size
+    data = bytearray(log.read_bytes())
+    data[last.data_offset + last.data_size // 2] ^= 0x01
+    log.write_bytes(bytes(data))
+
+    report = VerifiedSaver(store, quarantine=False).verify()
+    assert last.key in {d.key for d in report.damaged}
+    saver = VerifiedSaver(store)
+    result = build_graph(saver).invoke({"messages": [("user", "again")]}, config("alpha"))
+    assert [m.content for m in result["messages"]][-2:] == ["again", "echo: again"]
+    # the damaged entry is still there, whole, with the new entries after it
+    assert log.read_bytes()[: len(data)] == bytes(data)
+    code, _, _ = run(capsys, "repair", store)
+    assert code == 0
+    assert VerifiedSaver(store).verify().ok
+
+
+def test_damage_naming_no_key_is_reported_copied_once_and_compacted_away(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An entry whose header is zeroed names no record: verify reports the bytes by
+    where they are in the log (and the checkpoint they held as missing); repair
+    copies them to the quarantine and compacts the log without them."""
+    log, lost = checkpoint_entry(store, by_step(history(store, "alpha"), 1))
+    data = bytearray(log.read_bytes())
+    data[lost.offset : lost.offset + _entries.HEADER_SIZE] = bytes(_entries.HEADER_SIZE)
+    log.write_bytes(bytes(data))
+    span = bytes(data[lost.offset : lost.end])
+
+    code, out, _ = run(capsys, "verify", store, "--json")
+    assert code == 1
+    damaged = {d["location"]: d for d in json.loads(out)["damaged"]}
+    assert damaged[f"{log}@{lost.offset}"]["reason"].startswith("damaged log entry: ")
+    assert [d["key"] for d in damaged.values() if d["kind"] == "checkpoint"] == [lost.key]
+    assert log.read_bytes() == data and not (store / "quarantine").exists()
+
+    code, out, _ = run(capsys, "repair", store)
+    assert (code, out.splitlines()[-1]) == (0, "the store verifies now")
+    (copy,) = (store / "quarantine").glob("span-*.record")
+    assert copy.read_bytes() == span
+    assert copy.with_suffix(".reason").exists()
+    assert _entries.scan(log.read_bytes())[1:] == ([], log.stat().st_size)
+    assert lost.key not in log_keys(log)
+    assert run(capsys, "verify", store)[0] == 0
 
 
 def test_a_keyed_store_is_not_repaired_without_its_key(
@@ -503,8 +641,7 @@ def test_runs_as_a_real_process(store: Path, tmp_path: Path) -> None:
     assert (clean.returncode, json.loads(clean.stdout)["ok"]) == (0, True)
 
     newest = history(store, "beta")[0].config["configurable"]["checkpoint_id"]
-    damaged = checkpoint_file(store, newest)
-    flip_byte(damaged)
+    _, damaged = replace_record(*checkpoint_entry(store, newest))
     found = cli_process("verify", store)
     assert found.returncode == 1
     assert f"  checkpoint  {damaged}" in found.stdout.splitlines()
@@ -520,6 +657,16 @@ def test_runs_as_a_real_process(store: Path, tmp_path: Path) -> None:
     assert usage.returncode == 0
     for command in ("inspect", "verify", "repair", "diff", "export", "migrate"):
         assert command in usage.stdout
+
+    # the process ran this checkout's package, not another installed copy
+    imported = subprocess.run(
+        [sys.executable, "-c", "import langgraph_checkpoint_verified as p; print(p.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert imported.stdout.strip() == str(Path(cli.__file__).with_name("__init__.py"))
 
 
 def test_looking_at_a_store_writes_nothing_even_a_damaged_marker(

@@ -23,14 +23,16 @@ from langgraph.types import interrupt
 from test_cli import (
     build_graph,
     by_step,
-    checkpoint_file,
+    checkpoint_entry,
     config,
     flip_byte,
     history,
+    replace_record,
     run_conversations,
 )
 from typing_extensions import TypedDict
 
+import langgraph_checkpoint_verified
 from langgraph_checkpoint_verified import VerifiedSaver
 
 SCRIPT = Path(sys.executable).parent / "langgraph-verified"
@@ -84,6 +86,23 @@ def test_version_and_help() -> None:
     usage = console("--help")
     for command in ("threads", "history", "show", "stats", "prune", "export", "import", "migrate"):
         assert command in usage.stdout
+
+
+def test_the_script_runs_the_package_under_test() -> None:
+    """The script's interpreter, with this environment, imports the package these tests
+    import (``PYTHONPATH`` passes through), not another installed copy."""
+    interpreter = SCRIPT.read_text().splitlines()[0].removeprefix("#!").strip()
+    if "python" not in os.path.basename(interpreter):  # a launcher: /bin/sh re-executing
+        interpreter = sys.executable
+    done = subprocess.run(
+        [interpreter, "-c", "import langgraph_checkpoint_verified as p; print(p.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ,
+        check=True,
+    )
+    assert done.stdout.strip() == langgraph_checkpoint_verified.__file__
 
 
 def test_threads_names_counts_and_interrupts(store: Path) -> None:
@@ -166,19 +185,58 @@ def test_bad_input_is_one_line_and_nonzero(store: Path, tmp_path: Path) -> None:
     assert "is a SQLite database, not a store" in sqlite_given and "migrate" in sqlite_given
 
 
-def test_a_damaged_store_is_marked_not_hidden(tmp_path: Path) -> None:
+def test_history_counts_each_checkpoint_s_bytes(store: Path) -> None:
+    rows = ok_json("history", store, "alpha")["checkpoints"]
+    assert all(isinstance(r["bytes"], int) and r["bytes"] > 0 for r in rows), rows
+
+
+@pytest.mark.parametrize(
+    ("damage", "step", "newest_usable"),
+    [
+        # the newest record replaced by an entry that frames other bytes
+        ("record replaced", 4, 3),
+        # a byte flipped inside step 1's entry: steps 2 to 4 keep values in it
+        ("entry flipped in place", 1, 0),
+    ],
+)
+def test_a_damaged_store_is_marked_not_hidden(
+    tmp_path: Path, damage: str, step: int, newest_usable: int
+) -> None:
     store = tmp_path / "store"
     run_conversations(build_graph(VerifiedSaver(store)))
     items = history(store, "alpha")
-    damaged = by_step(items, 4)
-    flip_byte(checkpoint_file(store, damaged))
+    damaged = by_step(items, step)
+    log, entry = checkpoint_entry(store, damaged)
+    if damage == "record replaced":
+        replace_record(log, entry)
+    else:
+        flip_byte(log, entry)
+    log_bytes = log.read_bytes()
+
     rows = {r["checkpoint_id"]: r for r in ok_json("history", store, "alpha")["checkpoints"]}
     assert rows[damaged]["status"] != "ok" and rows[damaged]["problem"]
+    assert {r["step"] for r in rows.values() if r["status"] == "ok"} == set(
+        range(-1, newest_usable + 1)
+    )
     assert console("history", store, "alpha").returncode == 0
-    assert ok_json("show", store, "alpha")["step"] == 3  # the newest that verifies
-    assert ok_json("threads", store)["threads"][0]["last_step"] == 3
+    assert ok_json("show", store, "alpha")["step"] == newest_usable  # the newest that verifies
+    assert ok_json("threads", store)["threads"][0]["last_step"] == newest_usable
+    stats = ok_json("stats", store)
+    assert (stats["threads"], stats["quarantined_records"]) == (2, 0)
     verify = console("verify", store, "--json")
     assert verify.returncode == 1 and json.loads(verify.stdout)["ok"] is False
+    (found,) = json.loads(verify.stdout)["damaged"]
+    assert found["key"] == entry.key
+    # looking moved nothing: the log is as it was and there is no quarantine
+    assert log.read_bytes() == log_bytes
+    assert not (store / "quarantine").exists()
+
+    repair = console("repair", store)
+    assert repair.returncode == 0 and repair.stdout.splitlines()[-1] == "the store verifies now"
+    moved = repair.stdout.count("\nmoved ") + repair.stdout.startswith("moved ")
+    assert ok_json("stats", store)["quarantined_records"] == moved >= 1
+    assert ok_json("show", store, "alpha")["step"] == newest_usable
+    assert {r["status"] for r in ok_json("history", store, "alpha")["checkpoints"]} == {"ok"}
 
 
 def test_prune_dry_run_then_keep_latest(tmp_path: Path) -> None:

@@ -87,9 +87,7 @@ def code_blocks(path: Path, page: str | None = None) -> list[CodeBlock]:
 # Pages whose ```python blocks are still fragments (they use names defined nowhere on the
 # page). Such a block may fail with NameError only, and is reported as an expected
 # failure; any other error fails the test. Remove a page from here once its blocks run.
-FRAGMENT_PAGES = {
-    "tools.md": "its examples use send_email, builder, payments and graph without defining them",
-}
+FRAGMENT_PAGES: dict[str, str] = {}
 
 PAGES = sorted(DOCS.rglob("*.md"))
 PYTHON_BLOCKS = [

@@ -1,5 +1,9 @@
 """Strange names: every thread id, namespace, checkpoint id and task id stays inside
-the store, never collides with another, and round-trips; wrong types are refused."""
+the store, never collides with another, and round-trips; wrong types are refused.
+
+A thread's records are entries of its log, ``threads/<T>/log``, each under a key
+made of encoded segments: a strange name must stay inside its thread's
+directory on disk and inside its thread's keys in the log."""
 
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified._entries import PUT, scan
 from langgraph_checkpoint_verified._keys import MAX_SEGMENT, decode_segment, encode_segment
+from langgraph_checkpoint_verified._log import HINT_NAME, LOG_NAME, FileStorage
+from langgraph_checkpoint_verified._marker import STORE_MARKER_KEY
 from langgraph_checkpoint_verified._storage import LOCK_NAME
-from langgraph_checkpoint_verified.saver import STORE_MARKER_KEY
 
 LONG_PREFIX = "p" * 200
 STRANGE = [
@@ -68,12 +74,16 @@ def put_value(saver, thread_id, checkpoint_ns, checkpoint_id, value):
     )
 
 
-def assert_files_safe(root):
-    """Everything under ``root`` is a private regular file or directory inside it."""
+def assert_store_safe(root):
+    """Everything under ``root`` is a private regular file or directory inside it, and
+    every thread's log holds intact entries under keys inside that thread's directory.
+
+    Returns how many records the logs hold, after checking the store reads the same.
+    """
     root = os.path.realpath(root)
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
-    files = 0
     folded = set()
+    logs = []
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
@@ -90,8 +100,34 @@ def assert_files_safe(root):
             else:
                 assert stat.S_ISREG(mode), path
                 assert stat.S_IMODE(mode) == 0o600, path
-                files += name not in (LOCK_NAME, STORE_MARKER_KEY)
-    return files
+                assert name in (LOCK_NAME, STORE_MARKER_KEY, LOG_NAME, HINT_NAME), path
+                if name == LOG_NAME:
+                    logs.append(path)
+    keys = set()
+    for log in logs:
+        thread_dir = os.path.relpath(os.path.dirname(log), root)
+        assert thread_dir.count("/") == 1 and thread_dir.startswith("threads/"), log
+        with open(log, "rb") as f:
+            data = f.read()
+        entries, damaged, end = scan(data)
+        assert (damaged, end) == ([], len(data)), log
+        live = {}
+        for entry in entries:
+            if entry.kind == PUT:
+                live[entry.key] = entry
+            else:
+                live.pop(entry.key, None)
+        for key in live:
+            # a key never leaves its thread, and is made of safe segments only
+            assert key.startswith(f"{thread_dir}/"), (log, key)
+            for segment in key.split("/"):
+                assert segment not in ("", ".", "..") and "\0" not in segment, key
+                assert not segment.startswith(".") and len(segment.encode()) <= 255, key
+            assert key not in keys  # never in two logs
+            keys.add(key)
+    assert len({key.lower() for key in keys}) == len(keys)
+    assert set(FileStorage(root).walk("threads")) == keys
+    return len(keys)
 
 
 @pytest.fixture(params=["files", "memory"])
@@ -117,7 +153,9 @@ def test_strange_thread_ids_round_trip_in_isolation(saver, tmp_path):
     assert sorted(listed) == sorted(STRANGE)
     assert saver.verify().ok
     if saver.storage.__class__.__name__ == "FileStorage":
-        assert assert_files_safe(tmp_path / "store") == 2 * len(STRANGE)
+        assert assert_store_safe(tmp_path / "store") == 2 * len(STRANGE)
+        # one log each, in a directory of its own
+        assert len(list((tmp_path / "store" / "threads").glob("*/log"))) == len(STRANGE)
     # deleting one strange thread leaves every other one alone
     saver.delete_thread("..")
     saver.delete_thread("")
@@ -139,7 +177,7 @@ def test_strange_namespaces_round_trip_in_isolation(saver, tmp_path):
     assert sorted(t.config["configurable"]["checkpoint_ns"] for t in every) == sorted(STRANGE)
     assert saver.verify().ok
     if saver.storage.__class__.__name__ == "FileStorage":
-        assert assert_files_safe(tmp_path / "store") == 2 * len(STRANGE)
+        assert assert_store_safe(tmp_path / "store") == 2 * len(STRANGE)
     saver.copy_thread("t", "copy")
     copied = list(saver.list({"configurable": {"thread_id": "copy"}}))
     assert sorted(t.config["configurable"]["checkpoint_ns"] for t in copied) == sorted(STRANGE)
@@ -160,7 +198,7 @@ def test_strange_checkpoint_ids_round_trip_in_isolation(saver, tmp_path):
     assert saver.get_tuple(config("t")).checkpoint["id"] == max(STRANGE_CHECKPOINT_IDS)
     assert saver.verify().ok
     if saver.storage.__class__.__name__ == "FileStorage":
-        assert assert_files_safe(tmp_path / "store") == 2 * len(STRANGE_CHECKPOINT_IDS)
+        assert assert_store_safe(tmp_path / "store") == 2 * len(STRANGE_CHECKPOINT_IDS)
 
 
 def test_strange_task_ids_round_trip_in_isolation(saver, tmp_path):
@@ -175,7 +213,7 @@ def test_strange_task_ids_round_trip_in_isolation(saver, tmp_path):
     )
     assert saver.verify().ok
     if saver.storage.__class__.__name__ == "FileStorage":
-        assert assert_files_safe(tmp_path / "store") == 1 + 2 * len(STRANGE)
+        assert assert_store_safe(tmp_path / "store") == 1 + 2 * len(STRANGE)
 
 
 def test_int_thread_id_is_the_same_thread_as_its_string(saver):

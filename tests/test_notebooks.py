@@ -46,7 +46,7 @@ EXPECTED_OUTPUT = {
         "RecoveryStats(damaged_records=1, unreadable_records=0, quarantined_records=1, "
         "fallbacks=1, restarts_from_scratch=0)",
         '"thread_id": "alpha"',
-        "alpha's .record is the damaged file, byte for byte: True",
+        "alpha's .record is the damaged record, byte for byte: True",
         "quarantined records: 3",
         "store verifies: True",
         "node runs during the replays: 0",

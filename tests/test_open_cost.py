@@ -1,20 +1,43 @@
-"""Opening a store is O(1): neither ``VerifiedSaver(path)`` nor loading the latest
-checkpoint of a long thread reads a number of records that grows with the store.
+"""What opening a store and loading the latest checkpoint read, counted in files and bytes.
 
-Counted in records read (``FileStorage.read`` calls), not in seconds.
+Bounded:
+
+* ``VerifiedSaver(path)`` opens one small file, the store marker, however many
+  threads and checkpoints the store holds;
+* loading the latest checkpoint reads no other thread's log, and a bounded number
+  of records (the checkpoint, the records holding its unchanged values, its
+  pending writes) whatever the length of the thread;
+* a second ``get_tuple`` on the same saver scans only what was appended to the log
+  since: zero bytes when nothing was, exactly the appended bytes when another saver
+  appended.
+
+Opening a thread: the first read of a thread in a process builds its key
+directory. From the thread's hint (``log.hint``: where each key's record lies,
+left by a process that read the log) and the part of the log after it, when
+there is a hint; by scanning the whole log once otherwise, after which that
+process leaves a hint. The hint holds keys and positions, not records: it is a
+fraction of the log's size. Counted in bytes read (``os.pread``/``os.read`` and
+the builtin ``open``), not in seconds.
 """
 
 from __future__ import annotations
+
+import builtins
+import os
+from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._storage import FileStorage
+from langgraph_checkpoint_verified._entries import scan
+from langgraph_checkpoint_verified._keys import thread_prefix
+from langgraph_checkpoint_verified._log import HINT_AFTER_BYTES, HINT_NAME, LOG_NAME
 
 # a latest checkpoint is one record, plus the records holding its unchanged
 # values (one per channel at most) and its pending writes: a small constant
-MAX_READS_FOR_LATEST = 8
+MAX_RECORDS_FOR_LATEST = 8
+LONG = {"configurable": {"thread_id": "long"}}
 
 
 def build_store(root, checkpoints: int, other_threads: int) -> dict:
@@ -42,43 +65,141 @@ def build_store(root, checkpoints: int, other_threads: int) -> dict:
     return parent
 
 
-def count_reads(monkeypatch, root):
-    """Open ``root`` and load the latest checkpoint of "long"; records read by each step."""
-    reads = []
-    original = FileStorage.read
+class ReadCounter:
+    """Every file opened, and every read: (path, offset or None, bytes returned)."""
 
-    def counting_read(self, key):
-        reads.append(key)
-        return original(self, key)
+    def __init__(self, monkeypatch) -> None:
+        self.opened: list[str] = []
+        self.reads: list[tuple[str, int | None, int]] = []
+        real_open, real_pread, real_read = os.open, os.pread, os.read
+        real_builtin_open = builtins.open
 
-    monkeypatch.setattr(FileStorage, "read", counting_read)
-    saver = VerifiedSaver(root)
-    opening = len(reads)
-    latest = saver.get_tuple({"configurable": {"thread_id": "long"}})
-    monkeypatch.setattr(FileStorage, "read", original)
-    return opening, len(reads) - opening, latest
+        def path_of(fd: int) -> str:
+            return os.readlink(f"/proc/self/fd/{fd}")
+
+        def counting_open(path, *args, **kwargs):
+            self.opened.append(os.fspath(path))
+            return real_open(path, *args, **kwargs)
+
+        def counting_pread(fd, size, offset):
+            data = real_pread(fd, size, offset)
+            self.reads.append((path_of(fd), offset, len(data)))
+            return data
+
+        def counting_read(fd, size):
+            data = real_read(fd, size)
+            self.reads.append((path_of(fd), None, len(data)))
+            return data
+
+        def counting_builtin_open(path, *args, **kwargs):
+            if isinstance(path, (str, os.PathLike)):
+                self.opened.append(os.fspath(path))
+            return real_builtin_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", counting_open)
+        monkeypatch.setattr(os, "pread", counting_pread)
+        monkeypatch.setattr(os, "read", counting_read)
+        monkeypatch.setattr(builtins, "open", counting_builtin_open)
+
+    def take(self) -> tuple[list[str], list[tuple[str, int | None, int]]]:
+        taken = self.opened, self.reads
+        self.opened, self.reads = [], []
+        return taken
+
+
+def log_of(root: Path, thread_id: str) -> Path:
+    return root / thread_prefix(thread_id) / LOG_NAME
+
+
+def split_reads(reads, log: Path):
+    """A log's reads: those of whole records (an entry's data, exactly), and the scans."""
+    data = log.read_bytes()
+    records = {(e.data_offset, e.data_size) for e in scan(data)[0]}
+    mine = [(offset, size) for path, offset, size in reads if path == str(log)]
+    return [r for r in mine if r in records], [r for r in mine if r not in records]
 
 
 @pytest.mark.parametrize("checkpoints", [20, 2_000])
-def test_open_and_load_latest_read_a_bounded_number_of_records(tmp_path, monkeypatch, checkpoints):
+def test_open_and_load_latest_read_the_marker_then_the_threads_log_once(
+    tmp_path, monkeypatch, checkpoints
+):
     root = tmp_path / "store"
     last = build_store(root, checkpoints, other_threads=50)
+    log = log_of(root, "long")
+    counter = ReadCounter(monkeypatch)
 
-    opening, loading, latest = count_reads(monkeypatch, root)
+    saver = VerifiedSaver(root)
+    opened, reads = counter.take()
+    assert opened == [str(root / "store.marker")]
+    assert (root / "store.marker").stat().st_size < 4096
 
-    assert opening <= 1  # the store marker, nothing else
+    latest = saver.get_tuple(LONG)
+    opened, reads = counter.take()
     assert latest.config["configurable"]["checkpoint_id"] == last["configurable"]["checkpoint_id"]
     assert latest.checkpoint["channel_values"] == {
         "constant": "set once",
         "counter": checkpoints - 1,
     }
     assert latest.pending_writes == [("task", "out", checkpoints - 1)]
-    assert 1 <= loading <= MAX_READS_FOR_LATEST
+    # no other thread's log, no file of anything else
+    hint = log.parent / HINT_NAME
+    assert {path for path, _, _ in reads} == {str(log)}
+    assert {p for p in opened if not p.startswith(str(log.parent / ".tmp-"))} <= {
+        str(log),
+        str(hint),
+    }
+    records, scans = split_reads(reads, log)
+    assert scans == [(0, log.stat().st_size)]  # no hint yet: the whole log, once
+    assert 1 <= len(records) <= MAX_RECORDS_FOR_LATEST
+    if log.stat().st_size >= HINT_AFTER_BYTES:
+        # ...and the next process to open the thread reads the hint left for it instead
+        assert hint.stat().st_size < log.stat().st_size / 2
+        other = VerifiedSaver(root)
+        counter.take()
+        assert other.get_tuple(LONG) == latest
+        opened, reads = counter.take()
+        records, scans = split_reads(reads, log)
+        assert scans == []  # nothing of the log but the records themselves
+        assert 1 <= len(records) <= MAX_RECORDS_FOR_LATEST
+        assert str(hint) in opened
+
+    # again: nothing was appended, nothing is scanned
+    assert saver.get_tuple(LONG) == latest
+    opened, reads = counter.take()
+    assert opened == []
+    records, scans = split_reads(reads, log)
+    assert scans == []
+    assert len(records) <= MAX_RECORDS_FOR_LATEST
+
+    # another saver appends: exactly the appended bytes are scanned
+    monkeypatch.undo()
+    size = log.stat().st_size
+    build_more = VerifiedSaver(root)
+    newest = build_more.put(
+        latest.config,
+        generate_checkpoint(channel_values={"counter": -1}, channel_versions={"counter": -1}),
+        generate_metadata(step=checkpoints),
+        {"counter": -1},
+    )
+    appended = log.stat().st_size - size
+    counter = ReadCounter(monkeypatch)
+    assert saver.get_tuple(LONG).config == newest
+    _, reads = counter.take()
+    records, scans = split_reads(reads, log)
+    assert scans == [(size, appended)]
+    assert len(records) <= MAX_RECORDS_FOR_LATEST
 
 
-def test_reads_do_not_grow_with_the_number_of_checkpoints(tmp_path, monkeypatch):
+def test_records_read_do_not_grow_with_the_number_of_checkpoints(tmp_path, monkeypatch):
     build_store(tmp_path / "small", 20, other_threads=0)
     build_store(tmp_path / "large", 2_000, other_threads=0)
-    _, small, _ = count_reads(monkeypatch, tmp_path / "small")
-    _, large, _ = count_reads(monkeypatch, tmp_path / "large")
-    assert large <= small + 1
+    counts = []
+    for name in ("small", "large"):
+        counter = ReadCounter(monkeypatch)
+        VerifiedSaver(tmp_path / name).get_tuple(LONG)
+        _, reads = counter.take()
+        monkeypatch.undo()
+        records, scans = split_reads(reads, log_of(tmp_path / name, "long"))
+        assert len(scans) <= 1
+        counts.append(len(records))
+    assert counts[1] <= counts[0] + 1

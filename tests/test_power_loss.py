@@ -48,9 +48,9 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._storage import FileStorage
+from langgraph_checkpoint_verified._storage import RecordFileStorage
 
-DELETES_ARE_DURABLE = False
+DELETES_ARE_DURABLE = True
 """Whether a checkpoint deleted by ``prune`` or ``delete_for_runs`` stays deleted after a cut.
 
 Today a record is deleted with an ``unlink`` that no directory fsync follows, while its
@@ -483,7 +483,7 @@ def test_a_power_cut_after_any_operation_loses_nothing_acknowledged(
 # -- the checks catch writers that are not durable ---------------------------------------------
 
 
-class CarelessStorage(FileStorage):
+class CarelessStorage(RecordFileStorage):
     """Files written the classic way, each with one of its two fsyncs left out.
 
     ``sync_file=False``: a temp file renamed into place without an fsync of the file (the

@@ -36,7 +36,9 @@ from readonly_child import install
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
-from langgraph_checkpoint_verified._keys import thread_prefix
+from langgraph_checkpoint_verified._entries import PUT, encode_entry, scan
+from langgraph_checkpoint_verified._keys import checkpoint_key, thread_prefix
+from langgraph_checkpoint_verified._log import LOG_NAME
 from langgraph_checkpoint_verified._storage import LOCK_NAME
 from langgraph_checkpoint_verified.cli import main
 
@@ -82,10 +84,17 @@ def make_store(path: Path) -> list[Any]:
     return list(VerifiedSaver(path).list(config()))
 
 
-def damage_newest(store: Path, history: list[Any]) -> Path:
-    (path,) = store.glob(f"threads/*/ns/*/checkpoints/{checkpoint_id(history[0])}.ckpt")
-    path.write_bytes(b"junk" * 40)
-    return path
+def damage_newest(store: Path, history: list[Any]) -> str:
+    """Append an entry holding junk under the newest checkpoint's key, as a record
+    damaged before it was written would be; where the store says the junk lies."""
+    log = store / thread_prefix("alpha") / LOG_NAME
+    key = checkpoint_key("alpha", "", checkpoint_id(history[0]))
+    forged = encode_entry(PUT, key, b"junk" * 40)
+    size = log.stat().st_size
+    with log.open("ab") as out:
+        out.write(forged)
+    ((entry,), _, _) = scan(forged)
+    return f"{log}@{size + entry.data_offset} ({key})"
 
 
 def snapshot(store: Path) -> dict[str, bytes | None]:
@@ -147,15 +156,11 @@ def test_a_damaged_read_only_store_is_read_past_and_left_as_it_is(
         older.pending_writes,
     )
     (damage,) = seen
-    assert (damage.location, damage.kind, damage.quarantined_to) == (
-        str(damaged),
-        "checkpoint",
-        None,
-    )
+    assert (damage.location, damage.kind, damage.quarantined_to) == (damaged, "checkpoint", None)
     assert saver.stats.damaged_records == 1
     assert saver.stats.quarantined_records == 0
     assert saver.stats.fallbacks == 1
-    (warning,) = [r.getMessage() for r in caplog.records if str(damaged) in r.getMessage()]
+    (warning,) = [r.getMessage() for r in caplog.records if damaged in r.getMessage()]
     assert "read-only" in warning and "nothing was moved" in warning
 
     # every other way of reading goes past it the same way

@@ -18,13 +18,14 @@ from langgraph.checkpoint.conformance.test_utils import (
 
 from langgraph_checkpoint_verified import VerifiedSaver, VerifiedSaverError
 from langgraph_checkpoint_verified._format import Codec
-from langgraph_checkpoint_verified._keys import TEMP_PREFIX, checkpoints_prefix
+from langgraph_checkpoint_verified._keys import TEMP_PREFIX, checkpoints_prefix, thread_prefix
 from langgraph_checkpoint_verified._records import (
     VALUE_FULL,
     StoredValue,
     decode_checkpoint,
     encode_checkpoint,
 )
+from langgraph_checkpoint_verified._storage import _PID_SPACE
 
 
 def put_chain(saver: VerifiedSaver, thread_id: str, n: int) -> list[dict]:
@@ -142,41 +143,43 @@ def test_a_keyed_store_rejects_records_forged_without_its_key(tmp_path, forger_k
 
 
 def test_a_write_killed_before_its_rename_leaves_a_temp_file_that_is_never_read(tmp_path):
+    """Appends write no temp file; compaction does (the live records, then ``replace``
+    over the log). A compaction killed before its rename leaves the old log, which
+    is read as before, and a temp file that is never read and that the next reader
+    or compaction of the thread removes, its writer being dead. A live writer's
+    temp file is left alone."""
     store = tmp_path / "store"
-    put_chain(VerifiedSaver(store), "t", 2)
+    configs = put_chain(VerifiedSaver(store), "t", 3)
     child = textwrap.dedent(
         f"""
         import os, signal
-        from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
         from langgraph_checkpoint_verified import VerifiedSaver
-        from langgraph_checkpoint_verified import _storage
-
-        saver = VerifiedSaver({str(store)!r})
-        parent = next(saver.list({{"configurable": {{"thread_id": "t"}}}}, limit=1)).config
 
         def killed_before_rename(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
 
-        _storage.os.replace = killed_before_rename
-        checkpoint = generate_checkpoint(channel_values={{"n": 99}}, channel_versions={{"n": 99}})
-        saver.put(parent, checkpoint, {{"step": 99}}, {{"n": 99}})
+        saver = VerifiedSaver({str(store)!r})
+        os.replace = killed_before_rename
+        saver.prune(["t"], strategy="keep_latest")
         """
     )
     result = subprocess.run([sys.executable, "-c", child], capture_output=True, timeout=120)
     assert result.returncode == -signal.SIGKILL, result.stderr.decode()
-    directory = store / checkpoints_prefix("t", "")
+    directory = store / thread_prefix("t")
     leftovers = [p for p in directory.iterdir() if p.name.startswith(TEMP_PREFIX)]
-    assert len(leftovers) == 1  # the complete, fsynced, never renamed record
+    assert len(leftovers) == 1  # the complete, fsynced, never renamed log
+    assert leftovers[0].stat().st_size > 0
 
-    # a live writer's temp file must survive listing; the dead one's must not
-    live = directory / f"{TEMP_PREFIX}{os.getpid()}-inflight"
+    live = directory / f"{TEMP_PREFIX}{os.getpid()}-{_PID_SPACE}-inflight"
     live.write_bytes(b"partial")
     saver = VerifiedSaver(store)
     latest = saver.get_tuple(generate_config("t"))
-    assert latest.metadata["step"] == 1  # the unacknowledged put is not there
-    assert not leftovers[0].exists()
-    assert live.exists()
+    assert latest.config == configs[-1]
     assert saver.verify().ok and saver.stats.damaged_records == 0
+    saver.prune(["t"], strategy="keep_latest")
+    assert saver.get_tuple(generate_config("t")).config == configs[-1]
+    assert live.exists()
+    assert not leftovers[0].exists()
 
 
 # -- fallback follows the parent chain, never a sibling branch ----------------------------
@@ -314,19 +317,22 @@ def test_async_methods_run_off_the_event_loop(tmp_path, backend):
 
 
 def test_temp_files_of_another_host_or_container_are_judged_by_age(tmp_path):
-    """A pid from another pid namespace (container, host) says nothing here."""
+    """A pid from another pid namespace (container, host) says nothing here: a
+    compaction's temp file written there is left alone while young, removed once old."""
     import time
 
     saver = VerifiedSaver(tmp_path / "s")
     (config,) = put_chain(saver, "t", 1)
-    directory = tmp_path / "s" / checkpoints_prefix("t", "")
+    directory = tmp_path / "s" / thread_prefix("t")
     foreign = directory / f"{TEMP_PREFIX}999999-0badc0de-inflight"
-    foreign.write_bytes(b"a write in progress elsewhere")
+    foreign.write_bytes(b"a compaction in progress elsewhere")
     assert saver.get_tuple(generate_config("t")).config == config
+    saver.prune(["t"], strategy="keep_latest")
     assert foreign.exists()
     old = time.time() - 2 * 3600
     os.utime(foreign, (old, old))
-    saver.get_tuple(generate_config("t"))
+    assert saver.get_tuple(generate_config("t")).config == config
+    saver.prune(["t"], strategy="keep_latest")
     assert not foreign.exists()
 
 

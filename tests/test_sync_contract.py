@@ -24,7 +24,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._storage import FileStorage
+from langgraph_checkpoint_verified import FileStorage
 
 
 @pytest.fixture(params=["files", "memory"])

@@ -27,22 +27,22 @@ from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
 
-# put: the checkpoint's record, fsynced, renamed into place, its directory fsynced
-SYNCS_PER_PUT = 2
-DIR_SYNCS_PER_PUT = 1
-RENAMES_PER_PUT = 1
+# put: one entry appended to the thread's log, one fdatasync; no new file, no rename,
+# no directory sync (the log and its directory were made by the thread's first call)
+SYNCS_PER_PUT = 1
+DIR_SYNCS_PER_PUT = 0
+RENAMES_PER_PUT = 0
 LINKS_PER_PUT = 0
-NEW_FILES_PER_PUT = 1  # the temp file
+NEW_FILES_PER_PUT = 0
 NEW_DIRS_PER_PUT = 0
 
-# put_writes: a new writes/<checkpoint> directory (its parent fsynced), then the record,
-# fsynced, linked into place (first writer wins), its directory fsynced
-SYNCS_PER_PUT_WRITES = 3
-DIR_SYNCS_PER_PUT_WRITES = 2
+# put_writes: the same, one entry per batch of writes
+SYNCS_PER_PUT_WRITES = 1
+DIR_SYNCS_PER_PUT_WRITES = 0
 RENAMES_PER_PUT_WRITES = 0
-LINKS_PER_PUT_WRITES = 1
-NEW_FILES_PER_PUT_WRITES = 1  # the temp file
-NEW_DIRS_PER_PUT_WRITES = 1
+LINKS_PER_PUT_WRITES = 0
+NEW_FILES_PER_PUT_WRITES = 0
+NEW_DIRS_PER_PUT_WRITES = 0
 
 EXPECTED = {
     "put": {
@@ -183,6 +183,6 @@ def test_the_counts_see_the_calls_the_saver_makes(tmp_path):
             saver.put({"configurable": {"thread_id": "new"}}, checkpoint, {}, {"x": 1})
     first = Tally.of(ops)
     assert first.new_dirs > 0 and first.dir_syncs > DIR_SYNCS_PER_PUT
-    assert first.new_files == NEW_FILES_PER_PUT + 1  # the thread's lock file
+    assert first.new_files == NEW_FILES_PER_PUT + 2  # the thread's lock file and its log
     assert ops == disk.ops[-len(ops) :]  # after the ones opening the store made
     assert {op.thread for op in ops} == {threading.get_ident()}

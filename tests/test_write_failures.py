@@ -1,14 +1,20 @@
-"""A full disk or a revoked permission at each step of a durable write.
+"""A full disk or a revoked permission at each step of an append and of a compaction.
 
-``FileStorage.write`` goes: open a unique temp file, write, fsync, close,
-``replace`` (or ``link`` for first-writer-wins records), then open and fsync
-the directory. Each of those calls is made to fail, once, with ``ENOSPC`` or
-``EACCES``. Then:
+An append to a thread's log (``FileStorage._append``) goes: open the log,
+``flock`` it, cut a torn tail left by a crashed writer (``ftruncate``), one
+``write`` of the new entries, one ``fdatasync``. A compaction (``compact``,
+the last step of ``prune`` and ``delete_for_runs``) goes: open a unique temp
+file, write the live entries, ``fsync``, ``replace`` it over the log, ``fsync``
+the thread's directory. Each of those calls is made to fail, once, with
+``ENOSPC`` or ``EACCES`` (``ENOLCK`` for ``flock``, the error a lock can really
+meet); a write is also cut short (half the entries written, then ``ENOSPC``).
+Then:
 
-* ``put`` / ``put_writes`` raise ``StoreWriteError`` naming the record, the
-  errno, and what to do;
+* the call raises ``StoreWriteError`` naming the log, the errno, and what to do;
 * the store stays readable and everything acknowledged before is intact
   (``verify().ok``, every earlier checkpoint loads exactly as before);
+* half-written entries are a torn tail: readers ignore it, and the next
+  successful append cuts it off, so the log is whole entries and nothing else;
 * no temp file is left behind;
 * the same call succeeds once the disk is back;
 * a graph whose run hits the failure raises, and a later run resumes to the
@@ -18,32 +24,28 @@ the directory. Each of those calls is made to fail, once, with ``ENOSPC`` or
 from __future__ import annotations
 
 import errno
+import fcntl
 import operator
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver, _storage
+from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver, _keys
+from langgraph_checkpoint_verified._entries import DELETE, PUT, encode_entry, scan
 from langgraph_checkpoint_verified._keys import TEMP_PREFIX
+from langgraph_checkpoint_verified._log import LOG_NAME
 
-THREAD = {"configurable": {"thread_id": "disk-full"}}
+THREAD_ID = "disk-full"
+THREAD = {"configurable": {"thread_id": THREAD_ID}}
 STEPS = 5
-
-# (function, which call of it fails) for each step of one write of a new record
-PUT_STEPS = [
-    ("open", 1),  # the temp file
-    ("write", 1),
-    ("fsync", 1),  # the temp file's data
-    ("replace", 1),
-    ("open", 2),  # the directory, to fsync it
-    ("fsync", 2),  # the directory
-]
-FIRST_WRITER_STEPS = [step if step[0] != "replace" else ("link", 1) for step in PUT_STEPS]
 ERRNOS = [errno.ENOSPC, errno.EACCES]
 
 
@@ -67,27 +69,102 @@ def build_graph(saver: VerifiedSaver, runs: list[int]):
 FINAL = {"count": STEPS, "trace": list(range(1, STEPS + 1))}
 
 
-class FailOnce:
-    """Stands in for ``os.<name>``: the ``nth`` call raises ``OSError(code)``."""
+# -- the faults ------------------------------------------------------------------------
 
-    def __init__(self, real, nth: int, code: int) -> None:
-        self.real, self.nth, self.code, self.calls = real, nth, code, 0
+
+def path_of(target) -> str:
+    """The path a call is about: its path argument, or the file its descriptor is open on."""
+    if isinstance(target, int):
+        try:
+            return os.readlink(f"/proc/self/fd/{target}")
+        except OSError:
+            return ""
+    return os.fspath(target)
+
+
+def is_log(path: str) -> bool:
+    return os.path.basename(path) == LOG_NAME
+
+
+def is_temp(path: str) -> bool:
+    return os.path.basename(path).startswith(TEMP_PREFIX)
+
+
+def thread_dir(root: Path) -> str:
+    return str(root / _keys.thread_prefix(THREAD_ID))
+
+
+class Fault:
+    """Stands in for ``module.name``: the ``nth`` call on a file that ``target`` accepts
+    raises ``OSError(code)``. With ``short``, that call writes half its bytes and
+    returns (a short write, as a filling disk gives), and the next one raises."""
+
+    def __init__(self, module, name: str, target: Callable[[str], bool], nth: int, code: int,
+                 *, short: bool = False) -> None:  # fmt: skip
+        self.real = getattr(module, name)
+        self.target, self.nth, self.code, self.short = target, nth, code, short
+        self.calls = 0
 
     def __call__(self, *args, **kwargs):
-        if args and str(args[0]).endswith(f"/{_storage.LOCK_NAME}"):
-            # the thread lock is not a step of the write: a lock file that cannot be
-            # opened for writing is opened read-only (see FileStorage.lock)
+        if not self.target(path_of(args[0])):
             return self.real(*args, **kwargs)
         self.calls += 1
-        if self.calls == self.nth:
+        if self.short and self.calls == self.nth:
+            data = bytes(args[1])
+            return self.real(args[0], data[: len(data) // 2])
+        if self.calls == self.nth + self.short:
             raise OSError(self.code, f"injected: {errno.errorcode[self.code]}")
         return self.real(*args, **kwargs)
 
+    @property
+    def reached(self) -> bool:
+        return self.calls >= self.nth + self.short
 
-def inject(monkeypatch, name: str, nth: int, code: int) -> FailOnce:
-    failing = FailOnce(getattr(_storage.os, name), nth, code)
-    monkeypatch.setattr(_storage.os, name, failing)
-    return failing
+
+def inject(monkeypatch, step: tuple, code: int, root: Path) -> Fault:
+    name, target, nth = step[:3]
+    module = fcntl if name == "flock" else os
+    accepts = {"log": is_log, "temp": is_temp, "dir": lambda p: p == thread_dir(root)}[target]
+    fault = Fault(module, name, accepts, nth, code, short=step[3:] == ("short",))
+    monkeypatch.setattr(module, name, fault)
+    return fault
+
+
+# (function, the file it is called on, which such call fails[, "short"])
+APPEND_STEPS = [
+    ("open", "log", 1),
+    ("flock", "log", 1),
+    ("write", "log", 1),
+    ("write", "log", 1, "short"),
+    ("fdatasync", "log", 1),
+]
+COMPACTION_STEPS = [
+    ("open", "temp", 1),
+    ("write", "temp", 1),
+    ("write", "temp", 1, "short"),
+    ("fsync", "temp", 1),
+    ("replace", "temp", 1),
+    ("fsync", "dir", 1),
+]
+
+
+def step_id(step: tuple) -> str:
+    return "-".join(str(part) for part in step if part != 1)
+
+
+def errnos_for(step: tuple) -> list[int]:
+    return [errno.ENOLCK] if step[0] == "flock" else ERRNOS
+
+
+def append_cases():
+    return [
+        pytest.param(step, code, id=f"{step_id(step)}-{errno.errorcode[code]}")
+        for step in APPEND_STEPS
+        for code in errnos_for(step)
+    ]
+
+
+# -- the store and what must hold ------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +183,18 @@ def store(acknowledged, tmp_path) -> Path:
     return target
 
 
+def log_path(root: Path) -> Path:
+    return Path(thread_dir(root)) / LOG_NAME
+
+
 def temp_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.name.startswith(TEMP_PREFIX)]
+
+
+def assert_whole_entries(data: bytes) -> None:
+    """The log is intact entries end to end: no torn tail, no damage."""
+    _, damaged, end = scan(data)
+    assert damaged == [] and end == len(data)
 
 
 def snapshot(saver: VerifiedSaver) -> dict:
@@ -152,61 +239,202 @@ def new_checkpoint(saver: VerifiedSaver):
     return latest.config, checkpoint, metadata, {"count": version}
 
 
-@pytest.mark.parametrize("code", ERRNOS, ids=errno.errorcode.get)
-@pytest.mark.parametrize(("name", "nth"), PUT_STEPS)
-def test_put_fails_cleanly_at_each_step(store, monkeypatch, name, nth, code):
+def assert_log_after_failed_append(step: tuple, before: bytes, after: bytes) -> None:
+    """What a failed append leaves in the log: nothing, a torn tail, or whole entries."""
+    if step[0] in ("open", "flock") or step == ("write", "log", 1):
+        assert after == before  # failed before a byte was written
+    elif step[0] == "write":
+        # the short write: a torn tail after every acknowledged entry, ignored by scan
+        assert len(after) > len(before) and after.startswith(before)
+        entries, damaged, end = scan(after)
+        assert damaged == [] and end == len(before)
+    else:
+        # fdatasync failed after the whole write: complete entries, never acknowledged
+        assert after.startswith(before)
+        assert_whole_entries(after)
+
+
+# -- appends ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("step", "code"), append_cases())
+def test_put_fails_cleanly_at_each_step_of_an_append(store, monkeypatch, step, code):
     saver = VerifiedSaver(store)
     before = snapshot(saver)
+    log_before = log_path(store).read_bytes()
     config, checkpoint, metadata, new_versions = new_checkpoint(saver)
-    failing = inject(monkeypatch, name, nth, code)
+    fault = inject(monkeypatch, step, code, store)
     with pytest.raises(StoreWriteError) as raised:
         saver.put(config, checkpoint, metadata, new_versions)
-    assert failing.calls >= nth, "the injected failure was reached"
+    assert fault.reached, "the injected failure was reached"
     monkeypatch.undo()
     assert_clear_error(raised, code, store)
-    # only a failure after the rename (the directory fsync) may leave the new,
-    # complete record in place: it was never acknowledged, and it verifies
-    after_rename = (name, nth) in {("open", 2), ("fsync", 2)}
-    assert_intact(store, before, allow_new={checkpoint["id"]} if after_rename else set())
-    if not after_rename:
+    assert_log_after_failed_append(step, log_before, log_path(store).read_bytes())
+    # only a failed fdatasync leaves the new entry whole in the log: it was never
+    # acknowledged, and it verifies
+    written_whole = step[0] == "fdatasync"
+    assert_intact(store, before, allow_new={checkpoint["id"]} if written_whole else set())
+    if not written_whole:
         assert checkpoint["id"] not in snapshot(VerifiedSaver(store))
+        # the saver that failed does not see it either
+        assert saver.get_tuple(THREAD).checkpoint["channel_values"]["count"] == STEPS
 
-    # the disk is back: the same put succeeds and is read back
+    # the disk is back: the same put succeeds, is read back, and the torn tail is gone
     saver.put(config, checkpoint, metadata, new_versions)
     reread = VerifiedSaver(store).get_tuple(THREAD)
     assert reread.config["configurable"]["checkpoint_id"] == checkpoint["id"]
     assert reread.checkpoint["channel_values"]["count"] == 99
     assert VerifiedSaver(store).verify().ok
+    log_after = log_path(store).read_bytes()
+    assert log_after.startswith(log_before)
+    assert_whole_entries(log_after)
+
+
+@pytest.mark.parametrize(("step", "code"), append_cases())
+@pytest.mark.parametrize("channel", ["count", "__error__"], ids=["regular", "special"])
+def test_put_writes_fails_cleanly_at_each_step_of_an_append(store, monkeypatch, channel, step,
+                                                            code):  # fmt: skip
+    saver = VerifiedSaver(store)
+    before = snapshot(saver)
+    latest = saver.get_tuple(THREAD)
+    log_before = log_path(store).read_bytes()
+    fault = inject(monkeypatch, step, code, store)
+    with pytest.raises(StoreWriteError) as raised:
+        saver.put_writes(latest.config, [(channel, 7)], "task")
+    assert fault.reached
+    monkeypatch.undo()
+    assert_clear_error(raised, code, store)
+    assert_log_after_failed_append(step, log_before, log_path(store).read_bytes())
+    if step[0] == "fdatasync":
+        # the whole entry was written, never acknowledged: it may be read, and verifies
+        checkpoint_id = latest.config["configurable"]["checkpoint_id"]
+        pending = [*latest.pending_writes, ("task", channel, 7)]
+        before[checkpoint_id] = latest._replace(pending_writes=pending)
+    assert_intact(store, before)
+
+    saver.put_writes(latest.config, [(channel, 7)], "task")
+    pending = VerifiedSaver(store).get_tuple(THREAD).pending_writes
+    assert [w for w in pending if w[0] == "task"] == [("task", channel, 7)]
+    assert_whole_entries(log_path(store).read_bytes())
+
+
+def tear_the_tail(root: Path) -> bytes:
+    """Append half an entry to the log, as a writer killed in its ``write`` leaves it."""
+    key = f"{_keys.thread_prefix(THREAD_ID)}/ns/-/never-acknowledged"
+    torn = encode_entry(PUT, key, b"x" * 200)[:100]
+    with open(log_path(root), "ab") as f:
+        f.write(torn)
+    return torn
+
+
+@pytest.mark.parametrize("code", [*ERRNOS, errno.EIO], ids=errno.errorcode.get)
+def test_a_torn_tail_that_cannot_be_cut_fails_the_append_and_is_cut_by_the_next(
+    store, monkeypatch, code
+):
+    saver = VerifiedSaver(store)
+    before = snapshot(saver)
+    intact = log_path(store).read_bytes()
+    torn = tear_the_tail(store)
+    assert_intact(store, before)  # readers ignore the torn tail
+
+    config, checkpoint, metadata, new_versions = new_checkpoint(saver)
+    fault = inject(monkeypatch, ("ftruncate", "log", 1), code, store)
+    with pytest.raises(StoreWriteError) as raised:
+        saver.put(config, checkpoint, metadata, new_versions)
+    assert fault.reached
+    monkeypatch.undo()
+    assert_clear_error(raised, code, store)
+    # nothing was appended after the torn tail: a new entry there would be lost
+    assert log_path(store).read_bytes() == intact + torn
+    assert_intact(store, before)
+
+    saver.put(config, checkpoint, metadata, new_versions)
+    log_after = log_path(store).read_bytes()
+    assert log_after.startswith(intact) and torn not in log_after[len(intact) :]
+    assert_whole_entries(log_after)
+    assert VerifiedSaver(store).get_tuple(THREAD).checkpoint["id"] == checkpoint["id"]
+
+
+def test_put_on_a_new_thread_fails_cleanly_when_its_new_log_cannot_be_synced_in(
+    tmp_path, monkeypatch
+):
+    """The first append of a thread creates its log and fsyncs the thread's directory
+    so that the log's name survives a crash: if that fsync fails, the put must raise
+    ``StoreWriteError`` as every other failed step does."""
+    store = tmp_path / "store"
+    saver = VerifiedSaver(store)
+    checkpoint = empty_checkpoint()
+    fault = inject(monkeypatch, ("fsync", "dir", 1), errno.EIO, store)
+    with pytest.raises(StoreWriteError) as raised:
+        saver.put(
+            {"configurable": {"thread_id": THREAD_ID, "checkpoint_ns": ""}},
+            checkpoint,
+            {"source": "input", "step": -1, "parents": {}},
+            {},
+        )
+    assert fault.reached
+    monkeypatch.undo()
+    assert_clear_error(raised, errno.EIO, store)
+
+
+# -- compaction -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("code", ERRNOS, ids=errno.errorcode.get)
-@pytest.mark.parametrize(
-    ("channel", "steps"),
-    [("count", FIRST_WRITER_STEPS), ("__error__", PUT_STEPS)],
-    ids=["regular", "special"],
-)
-def test_put_writes_fails_cleanly_at_each_step(store, monkeypatch, channel, steps, code):
-    for name, nth in steps:
-        saver = VerifiedSaver(store)
-        before = snapshot(saver)
-        latest = saver.get_tuple(THREAD)
-        task_id = f"task-{name}-{nth}"
-        failing = inject(monkeypatch, name, nth, code)
-        with pytest.raises(StoreWriteError) as raised:
-            saver.put_writes(latest.config, [(channel, 7)], task_id)
-        assert failing.calls >= nth
-        monkeypatch.undo()
-        assert_clear_error(raised, code, store)
-        after_rename = (name, nth) in {("open", 2), ("fsync", 2)}
-        pending = VerifiedSaver(store).get_tuple(THREAD).pending_writes
-        if not after_rename:
-            assert_intact(store, before)
-            assert not [w for w in pending if w[0] == task_id]
-        else:
-            assert temp_files(store) == [] and VerifiedSaver(store).verify().ok
-        saver.put_writes(latest.config, [(channel, 7)], task_id)
-        pending = VerifiedSaver(store).get_tuple(THREAD).pending_writes
-        assert [w for w in pending if w[0] == task_id] == [(task_id, channel, 7)]
+@pytest.mark.parametrize("step", COMPACTION_STEPS, ids=step_id)
+def test_prune_fails_cleanly_at_each_step_of_its_compaction(store, monkeypatch, step, code):
+    saver = VerifiedSaver(store)
+    latest = saver.get_tuple(THREAD)
+    log_before = log_path(store).read_bytes()
+    fault = inject(monkeypatch, step, code, store)
+    with pytest.raises(StoreWriteError) as raised:
+        saver.prune([THREAD_ID], strategy="keep_latest")
+    assert fault.reached, "the injected failure was reached"
+    monkeypatch.undo()
+    assert_clear_error(raised, code, store)
+    assert temp_files(store) == []
+    # the old log (with the prune's deletions appended) or the compacted one: either
+    # way whole entries, and the checkpoint prune keeps loads exactly as before
+    log_after = log_path(store).read_bytes()
+    assert_whole_entries(log_after)
+    replaced = step[0] == "fsync" and step[1] == "dir"
+    assert log_after.startswith(log_before) != replaced
+    for reader in (saver, VerifiedSaver(store)):
+        assert reader.get_tuple(THREAD) == latest
+        assert reader.verify().ok
+        assert reader.stats.damaged_records == 0
+
+    # the disk is back: the prune finishes, and the log holds only live records
+    saver.prune([THREAD_ID], strategy="keep_latest")
+    compacted = log_path(store).read_bytes()
+    entries, damaged, end = scan(compacted)
+    assert damaged == [] and end == len(compacted) < len(log_before)
+    assert all(entry.kind == PUT for entry in entries)
+    assert len({entry.key for entry in entries}) == len(entries)
+    fresh = VerifiedSaver(store)
+    assert [t.config for t in fresh.list(THREAD)] == [latest.config]
+    assert fresh.get_tuple(THREAD) == latest
+    assert temp_files(store) == []
+    # and appending after a failed compaction works on whichever log is in place
+    config, checkpoint, metadata, new_versions = new_checkpoint(saver)
+    saver.put(config, checkpoint, metadata, new_versions)
+    assert VerifiedSaver(store).get_tuple(THREAD).checkpoint["id"] == checkpoint["id"]
+
+
+def test_a_failed_compaction_leaves_the_prunes_deletions_in_the_log(store, monkeypatch):
+    """The check above that a compacted log has only ``PUT`` entries means something:
+    before compaction, prune's deletions are in the log."""
+    saver = VerifiedSaver(store)
+    log_before = log_path(store).read_bytes()
+    assert not [e for e in scan(log_before)[0] if e.kind == DELETE]
+    inject(monkeypatch, ("replace", "temp", 1), errno.ENOSPC, store)
+    with pytest.raises(StoreWriteError):
+        saver.prune([THREAD_ID], strategy="keep_latest")
+    monkeypatch.undo()
+    assert [e for e in scan(log_path(store).read_bytes())[0] if e.kind == DELETE]
+
+
+# -- a graph that meets a full disk -------------------------------------------------------
 
 
 def assert_only_orphans(report) -> None:
@@ -221,22 +449,26 @@ def assert_only_orphans(report) -> None:
 
 @pytest.mark.parametrize("code", ERRNOS, ids=errno.errorcode.get)
 @pytest.mark.parametrize("nth", [1, 2, 4, 7, 9, 12])
-@pytest.mark.parametrize("durability", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("durability", "failing"),
+    [("sync", "fdatasync"), ("async", "fdatasync"), ("sync", "short write")],
+)
 def test_graph_run_hitting_a_full_disk_raises_and_resumes(
-    tmp_path, monkeypatch, nth, code, durability
+    tmp_path, monkeypatch, nth, code, durability, failing
 ):
-    """The nth fsync of a run fails: the run raises ``StoreWriteError``, what is
-    stored verifies, and the next run finishes the thread to the same state as a
-    run that never failed, without running again a step whose checkpoint was
-    acknowledged (a step is acknowledged once the checkpoint holding its
-    result is stored)."""
+    """The nth append of a run fails (its sync, or its write cut short): the run raises
+    ``StoreWriteError``, what is stored verifies, and the next run finishes the
+    thread to the same state as a run that never failed, without running again a
+    step whose checkpoint was acknowledged (a step is acknowledged once the
+    checkpoint holding its result is stored)."""
     root = tmp_path / "store"
     runs: list[int] = []
     graph = build_graph(VerifiedSaver(root), runs)
-    failing = inject(monkeypatch, "fsync", nth, code)
+    step = ("fdatasync", "log", nth) if failing == "fdatasync" else ("write", "log", nth, "short")
+    fault = inject(monkeypatch, step, code, root)
     with pytest.raises(StoreWriteError) as raised:
         graph.invoke({"count": 0, "trace": []}, THREAD, durability=durability)
-    assert failing.calls >= nth
+    assert fault.reached
     monkeypatch.undo()
     assert raised.value.errno == code
     assert temp_files(root) == []
@@ -255,3 +487,4 @@ def test_graph_run_hitting_a_full_disk_raises_and_resumes(
     assert sorted(set(runs)) == list(range(1, STEPS + 1))
     acknowledged = stopped_at.checkpoint["channel_values"].get("count", 0) if stopped_at else 0
     assert all(runs.count(step) == 1 for step in range(1, acknowledged + 1)), (ran_before, runs)
+    assert_whole_entries(log_path(root).read_bytes())

@@ -1,0 +1,239 @@
+"""The log entry: how a record is framed inside a thread's log. Bytes in, bytes out.
+
+A thread's log is a sequence of entries, each appended whole by one ``write``::
+
+    offset  size  field
+    0       4     magic            b"LGCE"
+    4       1     entry kind       1: a record stored under a key; 2: the key deleted
+    5       1     reserved         0
+    6       2     key length K     u16 little-endian
+    8       8     data length D    u64 little-endian
+    16      K     key              UTF-8, a storage key (``threads/<T>/...``)
+    16+K    D     data             the record (see ``_format``); empty for a deletion
+    16+K+D  4     checksum         CRC-32 (zlib) of bytes [0, 16+K+D)
+
+The checksum only frames the entry: it tells a complete, intact entry from a
+torn or overwritten one and lets a reader find the next entry after damage.
+What the record says, and whose it is, is checked by the record's own BLAKE2b
+digests (or MACs) and identity, as for every record.
+
+``scan`` reads a log the way a write-ahead log is read: entries in order; an
+incomplete entry at the end is a torn tail (a write cut short by a crash),
+ignored and later cut off by the next writer; a damaged stretch followed by
+intact entries is damage in the middle, reported with its bytes, and the scan
+resynchronizes on the next entry that verifies. A last entry that is complete
+by its own header but fails its checksum is damage too, not a torn tail: it
+may have been acknowledged, so it is reported and kept, never cut off.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+
+import ormsgpack
+
+ENTRY_MAGIC = b"LGCE"
+PUT = 1
+DELETE = 2
+
+_HEADER = struct.Struct("<4sBBHQ")
+HEADER_SIZE = _HEADER.size  # 16
+CHECKSUM_SIZE = 4
+MAX_KEY_SIZE = 0xFFFF
+MIN_ENTRY_SIZE = HEADER_SIZE + CHECKSUM_SIZE
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One intact entry: its kind, key, and where its data lies in the log."""
+
+    kind: int
+    key: str
+    offset: int
+    """Where the entry starts in the log."""
+    data_offset: int
+    data_size: int
+    end: int
+    """Where the next entry starts."""
+
+
+@dataclass(frozen=True)
+class DamagedSpan:
+    """Bytes between two intact entries that are not an intact entry."""
+
+    offset: int
+    end: int
+    key: str | None
+    """The key its header names, if the header and key still parse (not verified)."""
+    reason: str
+
+
+def encode_entry(kind: int, key: str, data: bytes = b"") -> bytes:
+    """One entry, ready to append.
+
+    Example:
+        >>> entry = encode_entry(PUT, "threads/t/x", b"record")
+        >>> [(e.key, entry[e.data_offset : e.data_offset + e.data_size]) for e in scan(entry)[0]]
+        [('threads/t/x', b'record')]
+    """
+    key_bytes = key.encode("utf-8", "surrogatepass")
+    if len(key_bytes) > MAX_KEY_SIZE:
+        raise ValueError(f"key of {len(key_bytes)} bytes is longer than {MAX_KEY_SIZE}")
+    body = _HEADER.pack(ENTRY_MAGIC, kind, 0, len(key_bytes), len(data)) + key_bytes + data
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def _entry_at(view: memoryview, offset: int) -> Entry | str:
+    """The intact entry starting at ``offset``, or why there is none."""
+    if len(view) - offset < MIN_ENTRY_SIZE:
+        return "incomplete entry"
+    magic, kind, reserved, key_size, data_size = _HEADER.unpack_from(view, offset)
+    if magic != ENTRY_MAGIC:
+        return "no entry starts here"
+    if kind not in (PUT, DELETE) or reserved != 0:
+        return f"unknown entry kind {kind}/{reserved}"
+    body_end = offset + HEADER_SIZE + key_size + data_size
+    if body_end + CHECKSUM_SIZE > len(view):
+        return "incomplete entry"
+    (stored,) = struct.unpack_from("<I", view, body_end)
+    if zlib.crc32(view[offset:body_end]) != stored:
+        return "entry checksum mismatch"
+    key_start = offset + HEADER_SIZE
+    try:
+        key = bytes(view[key_start : key_start + key_size]).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return "entry key is not UTF-8"
+    return Entry(
+        kind=kind,
+        key=key,
+        offset=offset,
+        data_offset=key_start + key_size,
+        data_size=data_size,
+        end=body_end + CHECKSUM_SIZE,
+    )
+
+
+def _declared_end(view: memoryview, offset: int) -> int | None:
+    """Where the entry at ``offset`` ends by its own header, if the header reads."""
+    if len(view) - offset < HEADER_SIZE:
+        return None
+    magic, _, _, key_size, data_size = _HEADER.unpack_from(view, offset)
+    if magic != ENTRY_MAGIC:
+        return None
+    return offset + HEADER_SIZE + key_size + data_size + CHECKSUM_SIZE
+
+
+def _claimed_key(view: memoryview, offset: int) -> str | None:
+    """The key a damaged entry's header claims, if it still reads as one."""
+    if len(view) - offset < HEADER_SIZE:
+        return None
+    magic, _, _, key_size, _ = _HEADER.unpack_from(view, offset)
+    key_start = offset + HEADER_SIZE
+    if magic != ENTRY_MAGIC or key_start + key_size > len(view):
+        return None
+    try:
+        return bytes(view[key_start : key_start + key_size]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[DamagedSpan], int]:
+    """Every intact entry of ``data[start:]``, the damaged spans, and where the intact log ends.
+
+    The end is where the last intact entry ends: anything after it is a torn
+    tail, never reported as damage (a writer may be appending it right now).
+
+    Example:
+        >>> log = encode_entry(PUT, "a", b"1") + b"junk" + encode_entry(PUT, "b", b"2")
+        >>> entries, damaged, end = scan(log + b"LGCE torn")
+        >>> [e.key for e in entries], [(d.offset, d.end) for d in damaged], end == len(log)
+        (['a', 'b'], [(22, 26)], True)
+    """
+    raw = bytes(data)
+    view = memoryview(raw)
+    entries: list[Entry] = []
+    damaged: list[DamagedSpan] = []
+    offset = start
+    end = start
+    while offset < len(view):
+        found = _entry_at(view, offset)
+        if isinstance(found, Entry):
+            entries.append(found)
+            offset = end = found.end
+            continue
+        following = _next_entry(raw, view, offset + 1)
+        if following is None:
+            if found == "entry checksum mismatch" and _declared_end(view, offset) == len(view):
+                # Complete, yet wrong: not a write cut short but damage to the last
+                # entry, which may have been acknowledged. Reported, never cut off.
+                damaged.append(DamagedSpan(offset, len(view), _claimed_key(view, offset), found))
+                end = len(view)
+            break  # otherwise nothing intact after it: a torn tail
+        damaged.append(
+            DamagedSpan(
+                offset=offset, end=following.offset, key=_claimed_key(view, offset), reason=found
+            )
+        )
+        offset = following.offset
+    return entries, damaged, end
+
+
+def _next_entry(raw: bytes, view: memoryview, offset: int) -> Entry | None:
+    """The first intact entry at or after ``offset`` (resynchronization)."""
+    while True:
+        found_at = raw.find(ENTRY_MAGIC, offset)
+        if found_at < 0:
+            return None
+        found = _entry_at(view, found_at)
+        if isinstance(found, Entry):
+            return found
+        offset = found_at + 1
+
+
+# -- hints -----------------------------------------------------------------------------
+
+HINT_MAGIC = b"LGCH"
+HINT_VERSION = 1
+_HINT_HEADER = struct.Struct("<4sB3xQQ")
+
+
+def encode_hint(log_inode: int, end: int, entries: list[tuple[str, int, int]]) -> bytes:
+    """A saved key directory: which entry data of the log (``log_inode``) each key holds.
+
+    Layout: magic ``LGCH``, version (1 byte), 3 reserved bytes, the log's inode
+    (u64) and how many bytes of it the hint covers (u64), a msgpack array of
+    ``[key, data offset, data size]``, and a CRC-32 of everything before it.
+
+    Example:
+        >>> hint = encode_hint(7, 100, [("threads/t/x", 16, 60)])
+        >>> decode_hint(hint, log_inode=7, log_size=120)
+        (100, [('threads/t/x', 16, 60)])
+        >>> decode_hint(hint, log_inode=8, log_size=120) is None  # another file now
+        True
+    """
+    body = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_inode, end) + ormsgpack.packb(entries)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def decode_hint(
+    data: bytes, log_inode: int, log_size: int
+) -> tuple[int, list[tuple[str, int, int]]] | None:
+    """The hint's coverage and entries, or ``None`` if it is damaged or not of this log."""
+    if len(data) < _HINT_HEADER.size + CHECKSUM_SIZE:
+        return None
+    (stored,) = struct.unpack_from("<I", data, len(data) - CHECKSUM_SIZE)
+    if zlib.crc32(memoryview(data)[: len(data) - CHECKSUM_SIZE]) != stored:
+        return None
+    magic, version, inode, end = _HINT_HEADER.unpack_from(data, 0)
+    if magic != HINT_MAGIC or version != HINT_VERSION or inode != log_inode or end > log_size:
+        return None
+    try:
+        raw = ormsgpack.unpackb(data[_HINT_HEADER.size : len(data) - CHECKSUM_SIZE])
+        entries = [(str(k), int(o), int(n)) for k, o, n in raw]
+    except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
+        return None
+    if any(o < 0 or n < 0 or o + n > end for _, o, n in entries):
+        return None
+    return end, entries

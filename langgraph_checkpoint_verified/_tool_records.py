@@ -1,0 +1,98 @@
+"""Tool-call records: what ``VerifiedToolNode`` keeps of each call, in the thread's records.
+
+An ``"intent"`` record says a call is about to run (at-most-once tools); a
+``"result"`` record holds what it returned. Both are verified records like any
+other, keyed by thread, namespace and tool call id (see ``_keys``), with the
+call's fingerprint in their identity.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from langgraph_checkpoint_verified import _keys
+from langgraph_checkpoint_verified._format import RecordKind
+from langgraph_checkpoint_verified._records import canonical_key, pack_typed, unpack_typed
+from langgraph_checkpoint_verified.errors import RecordDamagedError
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_verified.saver import VerifiedSaver
+
+
+def put_tool_record(
+    saver: VerifiedSaver,
+    thread_id: str,
+    checkpoint_ns: str,
+    tool_call_id: str,
+    kind: str,
+    *,
+    fingerprint: str,
+    value: Any = None,
+) -> None:
+    """``VerifiedSaver.put_tool_record``."""
+    thread_id = _keys.as_thread_id(thread_id)
+    _keys.require_text(checkpoint_ns, "checkpoint_ns")
+    _keys.require_text(tool_call_id, "tool_call_id")
+    _keys.require_text(fingerprint, "fingerprint")
+    record_kind = _tool_kind(kind)
+    identity = {
+        "thread_id": thread_id,
+        "checkpoint_ns": checkpoint_ns,
+        "tool_call_id": tool_call_id,
+        "fingerprint": fingerprint,
+    }
+    type_, blob = saver.serde.dumps_typed(value)
+    saver.storage.write(
+        canonical_key(record_kind, identity),
+        saver.codec.encode(record_kind, identity, pack_typed((type_, blob))),
+    )
+
+
+def get_tool_record(
+    saver: VerifiedSaver,
+    thread_id: str,
+    checkpoint_ns: str,
+    tool_call_id: str,
+    kind: str,
+    *,
+    damaged: Any = None,
+) -> Any:
+    """``VerifiedSaver.get_tool_record``."""
+    thread_id = _keys.as_thread_id(thread_id)
+    record_kind = _tool_kind(kind)
+    key = _keys.tool_record_key(thread_id, checkpoint_ns, tool_call_id, kind)
+    try:
+        data = saver.storage.read(key)
+    except OSError as exc:
+        saver.reporter.unreadable(key, exc)
+        return damaged  # unreadable is not "never written": it may exist
+    if data is None:
+        return None
+    try:
+        header, content = saver.codec.decode_with_header(data, record_kind)
+        identity = header.identity
+        if canonical_key(record_kind, identity) != key:
+            raise RecordDamagedError(f"record belongs at {canonical_key(record_kind, identity)}")
+        typed = unpack_typed(content)
+    except RecordDamagedError as exc:
+        saver.reporter.damaged(key, exc, data)
+        return damaged
+    return identity["fingerprint"], saver.serde.loads_typed(typed)
+
+
+def delete_tool_record(
+    saver: VerifiedSaver, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
+) -> None:
+    """``VerifiedSaver.delete_tool_record``."""
+    _tool_kind(kind)
+    saver.storage.delete(
+        _keys.tool_record_key(_keys.as_thread_id(thread_id), checkpoint_ns, tool_call_id, kind)
+    )
+
+
+def _tool_kind(kind: str) -> RecordKind:
+    if kind == "intent":
+        return RecordKind.TOOL_INTENT
+    if kind == "result":
+        return RecordKind.TOOL_RESULT
+    raise ValueError(f"tool record kind must be 'intent' or 'result', got {kind!r}")

@@ -1,0 +1,71 @@
+"""Reading a thread's log the way ``FileStorage`` does, for tests that damage it on purpose.
+
+Only ``_entries.scan`` is used: these helpers never open a store, so a test can
+look at a log without a reader's side effects (reports, quarantine copies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langgraph_checkpoint_verified._entries import PUT, DamagedSpan, Entry, scan
+
+
+@dataclass(frozen=True)
+class LogView:
+    """One scan of a log: its entries, damaged spans, and the key directory they make."""
+
+    data: bytes
+    entries: list[Entry]
+    damaged: list[DamagedSpan]
+    end: int
+    """Where the intact log ends; bytes after it are a torn tail."""
+    directory: dict[str, Entry | DamagedSpan]
+    """key -> its latest PUT entry, or the damaged span whose header still names it."""
+
+    def read(self, key: str) -> bytes | None:
+        """The bytes a reader returns for ``key`` (a damaged span's whole bytes), or ``None``."""
+        where = self.directory.get(key)
+        if where is None:
+            return None
+        if isinstance(where, DamagedSpan):
+            return self.data[where.offset : where.end]
+        return self.data[where.data_offset : where.data_offset + where.data_size]
+
+    def entry(self, key: str) -> Entry:
+        """The intact entry ``key`` reads from."""
+        where = self.directory[key]
+        assert isinstance(where, Entry), f"{key} is damaged: {where}"
+        return where
+
+    def is_last(self, key: str) -> bool:
+        """Whether ``key``'s entry is the last of the log (damage to it is a torn tail)."""
+        return bool(self.entries) and self.entries[-1] == self.directory.get(key)
+
+
+def view_log(data: bytes, thread_key: str) -> LogView:
+    """Scan ``data``, the log of ``thread_key`` (``threads/<T>``), as its reader would.
+
+    A damaged span whose header names a key of this thread counts as that key's
+    latest version (the reader returns its bytes, which do not verify).
+
+    Example:
+        >>> from langgraph_checkpoint_verified._entries import DELETE, encode_entry
+        >>> log = encode_entry(PUT, "threads/t/a", b"1") + encode_entry(PUT, "threads/t/b", b"2")
+        >>> log += encode_entry(DELETE, "threads/t/a")
+        >>> view = view_log(log, "threads/t")
+        >>> sorted(view.directory), view.read("threads/t/b")
+        (['threads/t/b'], b'2')
+    """
+    entries, damaged, end = scan(data)
+    directory: dict[str, Entry | DamagedSpan] = {}
+    events: list[Entry | DamagedSpan] = sorted([*entries, *damaged], key=lambda e: e.offset)
+    for event in events:
+        if isinstance(event, DamagedSpan):
+            if event.key is not None and event.key.startswith(f"{thread_key}/"):
+                directory[event.key] = event
+        elif event.kind == PUT:
+            directory[event.key] = event
+        else:
+            directory.pop(event.key, None)
+    return LogView(bytes(data), entries, damaged, end, directory)

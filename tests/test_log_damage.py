@@ -1,0 +1,43 @@
+"""Damage to a thread's log that the file store must not keep from ``verify()``."""
+
+from __future__ import annotations
+
+from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified._entries import scan
+
+CHECKPOINT = {
+    "v": 1,
+    "id": "1",
+    "ts": "",
+    "channel_values": {},
+    "channel_versions": {},
+    "versions_seen": {},
+}
+
+
+def one_thread_log(tmp_path, thread_id: str) -> bytes:
+    saver = VerifiedSaver(tmp_path / thread_id, fsync=False)
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    config = saver.put(config, CHECKPOINT, {}, {})
+    saver.put(config, {**CHECKPOINT, "id": "2"}, {}, {})
+    return (tmp_path / thread_id / "threads" / thread_id / "log").read_bytes()
+
+
+def test_verify_names_bytes_between_entries_that_are_no_entry(tmp_path):
+    log = one_thread_log(tmp_path, "t")
+    first_end = scan(log)[0][0].end
+    log_path = tmp_path / "t" / "threads" / "t" / "log"
+    log_path.write_bytes(log[:first_end] + b"junk" * 10 + log[first_end:])
+    seen = []
+    report = VerifiedSaver(tmp_path / "t", fsync=False, on_corruption=seen.append).verify()
+    assert [d.key for d in seen] == [f"{log_path}@{first_end}"], "the reader did find it"
+    assert not report.ok
+    assert [d.key for d in report.damaged] == [f"{log_path}@{first_end}"]
+
+
+def test_verify_names_entries_of_another_thread_in_a_threads_log(tmp_path):
+    one_thread_log(tmp_path, "t")
+    (tmp_path / "t" / "threads" / "t" / "log").write_bytes(one_thread_log(tmp_path, "other"))
+    saver = VerifiedSaver(tmp_path / "t", fsync=False)
+    assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
+    assert not saver.verify().ok, "the log of thread t holds only records of thread other"

@@ -702,32 +702,34 @@ class FileStorage:
             return True
         raise ValueError(f"cannot move {key} to {new_key}: records move out of threads only")
 
-    def location(self, key: str) -> str:
+    def _locate(self, key: str) -> tuple[_ThreadLog, Any] | None:
+        """The up-to-date log of the thread ``key`` is in, and where the key is in it;
+        ``None`` for a key outside every thread (a plain file)."""
         thread_key = self._thread_dir_key(key)
         if thread_key is None or thread_key == key:
-            return self.files.location(key)
+            return None
         log = self._log(thread_key)
         with log.lock:
             self._refresh(log)
-            where = log.index.get(key)
-        if isinstance(where, (tuple, _DamagedEntry)):
-            return f"{log.path}@{where[0]} ({key})"
+            return log, log.index.get(key)
+
+    def location(self, key: str) -> str:
+        found = self._locate(key)
+        if found is not None and isinstance(found[1], (tuple, _DamagedEntry)):
+            return f"{found[0].path}@{found[1][0]} ({key})"
         return self.files.location(key)
 
     def stamp(self, key: str) -> Hashable | None:
-        thread_key = self._thread_dir_key(key)
-        if thread_key is None or thread_key == key:
+        found = self._locate(key)
+        if found is None:
             return self.files.stamp(key)
-        log = self._log(thread_key)
-        with log.lock:
-            self._refresh(log)
-            where = log.index.get(key)
-            if where is None:
-                return None
-            if isinstance(where, _DamagedEntry):
-                return ("damaged", log.ino, where.offset)
-            if isinstance(where, tuple):
-                return (log.ino, where[0])
+        log, where = found
+        if where is None:
+            return None
+        if isinstance(where, _DamagedEntry):
+            return ("damaged", log.ino, where.offset)
+        if isinstance(where, tuple):
+            return (log.ino, where[0])
         return self.files.stamp(os.path.relpath(where, self.files.location("")))
 
     def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:

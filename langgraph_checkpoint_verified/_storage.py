@@ -110,7 +110,23 @@ class Storage(Protocol):
         ...
 
 
-class RecordFileStorage:
+class _OneRecordPerWrite:
+    """For stores where every record is written on its own: a batch is its writes in
+    turn, and a deleted record leaves no space to reclaim."""
+
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
+        raise NotImplementedError
+
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        return [self.write(k, d, replace=replace, durable=durable) for k, d in items]
+
+    def compact(self, prefix: str) -> None:
+        """Nothing to reclaim."""
+
+
+class RecordFileStorage(_OneRecordPerWrite):
     """Records as files under one directory, one file each.
 
     What ``FileStorage`` keeps outside thread logs (the store marker, the
@@ -402,14 +418,6 @@ class RecordFileStorage:
             raise ValueError(f"unsafe storage key {key!r}")
         return f"{self._root}/{key}" if key else self._root
 
-    def write_many(
-        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
-    ) -> builtins.list[bool]:
-        return [self.write(k, d, replace=replace, durable=durable) for k, d in items]
-
-    def compact(self, prefix: str) -> None:
-        """Nothing to reclaim: a deleted file is gone."""
-
     def greatest_name(self, prefix: str) -> str | None:
         return max(self.list(prefix), default=None)
 
@@ -520,7 +528,7 @@ class _IndexedRecords(dict[str, Any]):
         return found
 
 
-class MemoryStorage:
+class MemoryStorage(_OneRecordPerWrite):
     """The same records, held in a dict: a drop-in for ``InMemorySaver``'s storage.
 
     Records are the exact bytes the file store would write, so they are
@@ -598,14 +606,6 @@ class MemoryStorage:
     def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
         with self._lock:
             yield
-
-    def write_many(
-        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
-    ) -> builtins.list[bool]:
-        return [self.write(k, d, replace=replace, durable=durable) for k, d in items]
-
-    def compact(self, prefix: str) -> None:
-        """Nothing to reclaim: a deleted record is gone."""
 
     def greatest_name(self, prefix: str) -> str | None:
         with self._lock:

@@ -16,7 +16,6 @@ SQLite's ``synchronous=OFF``), which writes the same bytes faster.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sqlite3
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from chat import MEMORY, SQLITE, VERIFIED_FILES, VERIFIED_MEMORY
+from damage import checkpoint_spans, flip_bytes
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from measure import p50_p99, percentile, rotated, tree_bytes
@@ -188,46 +188,24 @@ def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
 
 # -- 6. recovery --------------------------------------------------------------------
 
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def files_by_checkpoint(root: Path) -> dict[str, list[Path]]:
-    """Files whose name holds a checkpoint id (docs/format.md: ``checkpoints/<C>.ckpt``)."""
-    found: dict[str, list[Path]] = {}
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            match = _UUID.search(name)
-            if match:
-                found.setdefault(match.group(0), []).append(Path(dirpath, name))
-    return found
-
-
-def flip_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.unlink()  # break the hard link: the pristine store must stay intact
-    with path.open("wb") as file:
-        file.write(bytes(data))
-        file.flush()
-        os.fsync(file.fileno())  # no dirty page left for the timed saver's first fsync
-
 
 def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]) -> dict:
     """Open + get_tuple with the newest K checkpoints damaged (one byte flipped in each).
 
     Each case works on a copy of the store made of hard links (a byte-for-byte
     copy would leave ~100 MB of dirty pages for the first fsync to write back),
-    with the damaged files rewritten. Timed: ``VerifiedSaver(copy)`` (defaults)
+    with the damaged files rewritten (``damage.py`` finds the records, in files of
+    their own or in a thread's log). Timed: ``VerifiedSaver(copy)`` (defaults)
     + ``get_tuple``, the first read, which quarantines the damage, and the same
     again with a new saver. Baseline: SqliteSaver open + ``get_tuple`` on the same
     checkpoints, undamaged (SQLite cannot read past damage at all).
     """
     newest_first = sorted(ids, reverse=True)
-    by_id = files_by_checkpoint(store)
-    missing = [c for c in newest_first[: max(settings.recovery_damaged)] if c not in by_id]
+    spans = checkpoint_spans(store)
+    missing = [c for c in newest_first[: max(settings.recovery_damaged)] if c not in spans]
     if missing:
-        # the store no longer keeps a file per checkpoint: nothing here knows how to damage one
-        return {"skipped": f"no file named after checkpoint {missing[0]} in the store"}
+        # a layout damage.py does not know: it cannot damage what it cannot find
+        return {"skipped": f"the record of checkpoint {missing[0]} was not found in the store"}
     config = {"configurable": {"thread_id": "history"}}
     samples: dict[int, dict[str, list[float]]] = {
         k: {"first": [], "second": [], "sqlite": []} for k in settings.recovery_damaged
@@ -237,9 +215,7 @@ def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]
         for damaged in rotated(settings.recovery_damaged, repeat):
             copy = workdir / f"copy-{damaged}-{repeat}"
             shutil.copytree(store, copy, copy_function=os.link)
-            for checkpoint_id in newest_first[:damaged]:
-                for path in by_id[checkpoint_id]:
-                    flip_byte(copy / path.relative_to(store))
+            flip_bytes(copy, [spans[c] for c in newest_first[:damaged]])
             expected = newest_first[damaged]
 
             started = time.perf_counter()

@@ -264,7 +264,8 @@ def recovery_tables(results: dict[str, Any]) -> list[str]:
         return [*lines, f"Not measured: {rec['skipped']}.", ""]
     lines += [
         f"A {rec['checkpoints']:,}-checkpoint thread (section 3's store, hard-linked copies), "
-        f"one byte flipped in each of the newest K checkpoint files; median of "
+        f"one byte flipped in the middle of each of the newest K checkpoint records (in "
+        f"their files, or their entries of the thread's log); median of "
         f"{rec['repeats']}. First read quarantines the damage; the second is a new saver "
         f"on the repaired copy. Baseline: SqliteSaver open + get_tuple, undamaged "
         f"(SQLite cannot fall back past damage).",
@@ -272,10 +273,10 @@ def recovery_tables(results: dict[str, Any]) -> list[str]:
         HEADER,
     ]
     for damaged, case in rec["cases"].items():
-        note = "" if case["returned_expected"] else " (returned the wrong checkpoint!)"
+        note = "" if case["returned_expected"] else ", returned the wrong checkpoint!"
         lines.append(
             row(
-                f"K={damaged}, first read{note}",
+                f"K={damaged}, first read ({case['quarantined_records']} quarantined{note})",
                 ms(case["first_read_ms"]),
                 f"SqliteSaver {ms(case['sqlite_open_get_tuple_ms'])}",
                 x(case["first_ratio_vs_sqlite"]),
@@ -443,8 +444,9 @@ def markdown(results: dict[str, Any], plots: dict[str, str] | None, plot_note: s
     lines = [
         "# Benchmark results",
         "",
-        f"Reproduce: `{results['command']}` (what `make bench` runs). Method: "
-        f"[README.md](README.md).",
+        f"Reproduce: `{results['command']}`"
+        + ("" if "--quick" in results["command"] else " (what `make bench` runs)")
+        + ". Method: [README.md](README.md).",
         "",
         f"* run: {results['started']}, {results['total_seconds']:.0f} s in all "
         f"({', '.join(f'{k} {v:.0f} s' for k, v in results['section_seconds'].items())})",

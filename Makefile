@@ -4,8 +4,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_BASE := $(VENV)/.installed-base
 STAMP_TEST := $(VENV)/.installed-test
+TEST_PATHS := langgraph_checkpoint_verified tests docs README.md
+# A second environment for the tests: every direct dependency of the package and of
+# the test and docs extras is pinned to the lower bound pyproject.toml declares
+# (.ci/lowest_constraints.py writes the pins), so a bound that is not true fails `make test`.
+# The server extra is not installed there, and tests/test_server.py runs only in .venv:
+# langgraph dev retries a run killed by a restart only with a langgraph-api newer than
+# any that installs beside langgraph 1.2.0 (0.7.103, which langgraph-cli 0.4.14 brings,
+# and 0.13.8, the newest that fits, both fail it).
+LOWEST := .venv-lowest
+LOWEST_BIN := $(LOWEST)/bin
+LOWEST_EXTRAS := test,docs
+LOWEST_SKIPS := --ignore=tests/test_server.py
+STAMP_LOWEST := $(LOWEST)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-lowest lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +32,29 @@ $(STAMP_TEST): pyproject.toml $(STAMP_BASE)
 	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs,server]'
 	touch $@
 
+# made anew whenever the declared bounds change: nothing newer may be left over
+$(STAMP_LOWEST): pyproject.toml .ci/lowest_constraints.py
+	rm -rf $(LOWEST)
+	$(PYTHON) -m venv $(LOWEST)
+	$(LOWEST_BIN)/python -m pip install --quiet --upgrade pip
+	$(LOWEST_BIN)/python -m pip install --quiet --no-deps -e .
+	$(LOWEST_BIN)/python .ci/lowest_constraints.py langgraph-checkpoint-verified \
+		$(LOWEST_EXTRAS) > $(LOWEST)/constraints.txt
+	$(LOWEST_BIN)/python -m pip install --quiet -c $(LOWEST)/constraints.txt \
+		-e '.[$(LOWEST_EXTRAS)]'
+	$(LOWEST_BIN)/python -m pip check
+	touch $@
+
 demo: $(STAMP_BASE)
 	$(BIN)/python examples/demo.py
 
-test: $(STAMP_TEST)
-	$(BIN)/python -m pytest -q langgraph_checkpoint_verified tests docs README.md
+# everything, with the newest dependencies and then with the lowest declared ones
+test: $(STAMP_TEST) $(STAMP_LOWEST)
+	$(BIN)/python -m pytest -q $(TEST_PATHS)
+	$(LOWEST_BIN)/python -m pytest -q $(LOWEST_SKIPS) $(TEST_PATHS)
+
+test-lowest: $(STAMP_LOWEST)
+	$(LOWEST_BIN)/python -m pytest -q $(LOWEST_SKIPS) $(TEST_PATHS)
 
 lint: $(STAMP_TEST)
 	$(BIN)/ruff check langgraph_checkpoint_verified tests benchmarks examples
@@ -36,4 +67,4 @@ bench: $(STAMP_TEST)
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(LOWEST) build dist *.egg-info

@@ -11,6 +11,7 @@ from langgraph_checkpoint_verified.errors import (
     ToolOutcomeUnknownError,
     VerifiedSaverError,
 )
+from langgraph_checkpoint_verified.migrate import MigrationReport, migrate
 from langgraph_checkpoint_verified.recovery import (
     Damage,
     RecoveryStats,
@@ -37,6 +38,7 @@ __all__ = [
     "Damage",
     "FileStorage",
     "MemoryStorage",
+    "MigrationReport",
     "RecordDamagedError",
     "RecoveryFailedError",
     "RecoveryResult",
@@ -55,5 +57,6 @@ __all__ = [
     "arun_with_recovery",
     "current_idempotency_key",
     "idempotency_key",
+    "migrate",
     "run_with_recovery",
 ]

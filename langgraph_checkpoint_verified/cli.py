@@ -25,16 +25,16 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple, SerializerProtocol
+from langgraph.checkpoint.base import CheckpointTuple, SerializerProtocol
 
 from langgraph_checkpoint_verified._marker import STORE_MARKER_KEY
 from langgraph_checkpoint_verified._storage import QUARANTINE_PREFIX
 from langgraph_checkpoint_verified.errors import StoreKeyError, VerifiedSaverError
+from langgraph_checkpoint_verified.migrate import _copy_threads, _group_checkpoints, _TaskWrites
 from langgraph_checkpoint_verified.recovery import Damage, VerifyReport
 from langgraph_checkpoint_verified.saver import VerifiedSaver
 
@@ -399,7 +399,7 @@ def _print_history(history: dict[str, Any]) -> None:
 def _verify(args: argparse.Namespace) -> int:
     saver = _open_existing(args, quarantine=False)
     thread_id = _thread_or_fail(saver, args.thread, args.store)
-    with _progress(sys.stderr) as progress:
+    with _progress() as progress:
         report = saver.verify(thread_id, progress=progress)
     if args.json:
         _print_json({"store": saver.storage.location(""), **report.to_dict()})
@@ -420,7 +420,7 @@ def _repair(args: argparse.Namespace) -> int:
 
     saver = _open_existing(args, quarantine=True)
     thread_id = _thread_or_fail(saver, args.thread, args.store)
-    with _progress(sys.stderr) as progress:
+    with _progress() as progress:
         survey = saver.verify(thread_id, progress=progress)
     if any(d.reason == _KEYED_REASON for d in survey.damaged):
         # Without the key every record looks damaged: quarantining would empty the store.
@@ -437,7 +437,7 @@ def _repair(args: argparse.Namespace) -> int:
         for u in survey.unusable_checkpoints
         for key in [_keys.checkpoint_key(u.thread_id, u.checkpoint_ns, u.checkpoint_id)]
     }
-    with _progress(sys.stderr) as progress:
+    with _progress() as progress:
         report = saver.verify(thread_id, repair=True, progress=progress)
     moved = {d.quarantined_to: d for d in report.damaged if d.quarantined_to}
     checkpoints_moved = {
@@ -508,29 +508,26 @@ def _print_report(saver: VerifiedSaver, report: VerifyReport) -> None:
 
 
 @contextlib.contextmanager
-def _progress(stream: TextIO) -> Iterator[Any]:
-    """A ``progress(done, total)`` callback that draws on ``stream`` for big stores only."""
-    state = {"shown": -1, "drawn": False}
-    live = stream.isatty()
+def _progress() -> Iterator[Callable[[int, int], None]]:
+    """A ``progress(done, total)`` callback behind a bar on stderr, for big stores only.
 
-    def progress(done: int, total: int) -> None:
-        if total < PROGRESS_MIN_RECORDS:
-            return
-        percent = done * 100 // total
-        step = 1 if live else 25
-        if percent // step == state["shown"] and done != total:
-            return
-        state["shown"] = percent // step
-        state["drawn"] = True
-        end = "\r" if live and done != total else "\n"
-        stream.write(f"verifying: {done}/{total} records ({percent}%){end}")
-        stream.flush()
+    The bar is the one the other commands draw (``_cli_app.progress``): on a terminal
+    only, nothing on a pipe, and gone when done.
+    """
+    from langgraph_checkpoint_verified._cli_app import progress as progress_bar
 
-    try:
+    with progress_bar("verifying") as bar:
+        task = None
+
+        def progress(done: int, total: int) -> None:
+            nonlocal task
+            if total < PROGRESS_MIN_RECORDS:
+                return
+            if task is None:
+                task = bar.add_task("verifying records", total=total)
+            bar.update(task, completed=done, total=total)
+
         yield progress
-    finally:
-        if live and state["drawn"]:
-            stream.flush()
 
 
 # -- diff ------------------------------------------------------------------------
@@ -749,10 +746,7 @@ def _migrate(args: argparse.Namespace) -> int:
                 f"{source} is not a SqliteSaver database (no checkpoints/writes tables)"
             )
         sqlite_saver = SqliteSaver(conn)
-        groups: dict[tuple[str, str], list[CheckpointTuple]] = {}
-        for item in sqlite_saver.list(None):
-            key = (str(item.config["configurable"]["thread_id"]), _namespace(item))
-            groups.setdefault(key, []).append(item)
+        groups = _group_checkpoints(sqlite_saver.list(None))
         pending = _sqlite_pending_writes(conn, sqlite_saver.serde)
     except sqlite3.DatabaseError as exc:
         raise CommandError(f"cannot read {source}: {exc}") from None
@@ -760,47 +754,23 @@ def _migrate(args: argparse.Namespace) -> int:
         conn.close()
 
     saver = VerifiedSaver(target, key=_read_key(args.key_file))
-    clashing = sorted({thread for thread, _ in groups} & set(saver._thread_ids()))
-    if clashing:
-        raise CommandError(
-            f"{target} already has thread(s) {', '.join(map(repr, clashing))}; "
-            "migrate into a new store directory"
-        )
-    checkpoints = writes = 0
-    for (thread_id, checkpoint_ns), items in sorted(groups.items()):
-        for item in sorted(items, key=_checkpoint_id):  # parents before children
-            config = _thread_config(thread_id, checkpoint_ns)
-            if _parent_id(item):
-                config["configurable"]["checkpoint_id"] = _parent_id(item)
-            stored = saver.put(
-                config, item.checkpoint, item.metadata, dict(item.checkpoint["channel_versions"])
-            )
-            checkpoints += 1
-            tasks = pending.get((thread_id, checkpoint_ns, _checkpoint_id(item)), {})
-            for task_id, task in sorted(tasks.items()):
-                writes += _copy_task_writes(saver, stored, task_id, task)
-    threads = len({thread for thread, _ in groups})
+    try:
+        threads, checkpoints, writes = _copy_threads(groups, pending, saver)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
     print(
         f"migrated {threads} thread(s), {checkpoints} checkpoint(s) and {writes} pending "
         f"write(s) from {source} to {saver.storage.location('')}"
     )
-    with _progress(sys.stderr) as progress:
+    with _progress() as progress:
         report = saver.verify(progress=progress)
     _print_report(saver, report)
     return EXIT_OK if report.ok else EXIT_DAMAGED
 
 
-@dataclass
-class _SqliteTaskWrites:
-    """One task's rows of a SqliteSaver ``writes`` table at one checkpoint."""
-
-    task_path: str
-    rows: list[tuple[int, str, Any]] = field(default_factory=list)  # (idx, channel, value)
-
-
 def _sqlite_pending_writes(
     conn: sqlite3.Connection, serde: SerializerProtocol
-) -> dict[tuple[str, str, str], dict[str, _SqliteTaskWrites]]:
+) -> dict[tuple[str, str, str], dict[str, _TaskWrites]]:
     """Every row of a SqliteSaver ``writes`` table, by checkpoint, then by task id.
 
     Read from the table rather than taken from ``SqliteSaver.list``, which returns
@@ -817,32 +787,12 @@ def _sqlite_pending_writes(
         "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, "
         f"{task_path}, idx, channel, type, value FROM writes"
     )
-    found: dict[tuple[str, str, str], dict[str, _SqliteTaskWrites]] = {}
+    found: dict[tuple[str, str, str], dict[str, _TaskWrites]] = {}
     for thread_id, checkpoint_ns, checkpoint_id, task_id, path, idx, channel, type_, value in rows:
         tasks = found.setdefault((str(thread_id), checkpoint_ns, checkpoint_id), {})
-        task = tasks.setdefault(task_id, _SqliteTaskWrites(task_path=path))
+        task = tasks.setdefault(task_id, _TaskWrites(task_path=path))
         task.rows.append((idx, channel, serde.loads_typed((type_, value))))
     return found
-
-
-def _copy_task_writes(
-    saver: VerifiedSaver, config: RunnableConfig, task_id: str, task: _SqliteTaskWrites
-) -> int:
-    """Store one task's writes with its ``task_path``; returns how many were copied.
-
-    ``put_writes`` numbers regular writes by their position in one call and special
-    ones (errors, interrupts, resume values) by their kind, so the regular writes go
-    in one call in SQLite's ``idx`` order (keeping their indices), each special write
-    in a call of its own.
-    """
-    ordered = sorted(task.rows, key=lambda row: row[0])
-    regular = [(channel, value) for _, channel, value in ordered if channel not in WRITES_IDX_MAP]
-    if regular:
-        saver.put_writes(config, regular, task_id, task.task_path)
-    for _, channel, value in ordered:
-        if channel in WRITES_IDX_MAP:
-            saver.put_writes(config, [(channel, value)], task_id, task.task_path)
-    return len(ordered)
 
 
 # -- output helpers ----------------------------------------------------------------

@@ -234,7 +234,7 @@ def cli_tables(results: dict[str, Any]) -> list[str]:
         f"`{' '.join(Path(c).name for c in cli['command'])}` run as a subprocess, median of "
         f"{cli['rounds']} interleaved rounds. The stores were written by the chat graph: "
         f"{store['threads']} threads x {store['turns']} steps for `inspect`, one thread of "
-        f"{thread['turns']} steps for `export` (its JSON lines: {mb(thread['output_bytes'])}). "
+        f"{thread['turns']} steps for `export` (its output: {mb(thread['output_bytes'])}). "
         f"Baseline: the script's start-up alone (`--help`).",
         "",
         HEADER,

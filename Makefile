@@ -61,7 +61,7 @@ lint: $(STAMP_TEST)
 	$(BIN)/ruff format --check langgraph_checkpoint_verified tests benchmarks examples
 	$(BIN)/mypy langgraph_checkpoint_verified
 
-# matplotlib (the `bench` extra) draws the plots; the run takes ~7-10 minutes
+# matplotlib (the `bench` extra) draws the plots; the run takes 5-10 minutes
 bench: $(STAMP_TEST)
 	$(BIN)/python -m pip install --quiet -e '.[test,dev,bench]'
 	$(BIN)/python benchmarks/run.py

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from langgraph_checkpoint_verified._entries import (
+    CHECKSUM_SIZE,
     DELETE,
     PUT,
     DamagedSpan,
@@ -394,13 +395,7 @@ class FileStorage:
                     data,
                 )
                 continue
-            before = log.index.get(entry.key)
-            if isinstance(before, str):
-                log.shadowed[entry.key] = before  # removed with the key, or by compaction
-            if entry.kind == PUT:
-                log.index[entry.key] = (base + entry.data_offset, entry.data_size)
-            elif before is not None:
-                del log.index[entry.key]
+            _apply(log, entry.kind, entry.key, (base + entry.data_offset, entry.data_size))
         while span is not None:
             self._found_damage(log, base, span, data)
             span = next(spans, None)
@@ -477,13 +472,10 @@ class FileStorage:
         with log.lock, self._appending(log) as fd:
             self._refresh(log)
             chosen = [replace or kind != PUT or key not in log.index for kind, key, _ in entries]
-            payload = [
-                encode_entry(kind, key, data)
-                for (kind, key, data), keep in zip(entries, chosen, strict=True)
-                if keep
-            ]
-            if not payload:
+            kept = [entry for entry, keep in zip(entries, chosen, strict=True) if keep]
+            if not kept:
                 return chosen
+            payload = [encode_entry(kind, key, data) for kind, key, data in kept]
             try:
                 size = os.fstat(fd).st_size
                 if size > log.end:
@@ -496,7 +488,16 @@ class FileStorage:
                 # what was written, if anything, is a torn tail for readers and is
                 # cut off by the next append
                 raise StoreWriteError(log.path, exc) from exc
-            self._refresh(log)
+            if size < log.end:
+                self._refresh(log)  # the log is shorter than we knew it: read it again
+                return chosen
+            # the entries are where we put them: no need to read them back
+            offset = log.end
+            for (kind, key, data), entry in zip(kept, payload, strict=True):
+                data_offset = offset + len(entry) - CHECKSUM_SIZE - len(data)
+                _apply(log, kind, key, (data_offset, len(data)))
+                offset += len(entry)
+            log.end = offset
             return chosen
 
     @contextmanager
@@ -785,6 +786,17 @@ class FileStorage:
 
     def __repr__(self) -> str:
         return f"FileStorage({str(self.root)!r}, fsync={self.fsync})"
+
+
+def _apply(log: _ThreadLog, kind: int, key: str, where: tuple[int, int]) -> None:
+    """Take an entry of ``kind`` for ``key``, its data at ``where``, into the key directory."""
+    before = log.index.get(key)
+    if isinstance(before, str):
+        log.shadowed[key] = before  # a record file: removed with the key, or by compaction
+    if kind == PUT:
+        log.index[key] = where
+    elif before is not None:
+        del log.index[key]
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -68,6 +68,7 @@ from langgraph_checkpoint_verified._records import (
 )
 from langgraph_checkpoint_verified._storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified._values import (
+    DEFAULT_MAX_CHAIN,
     ListMemory,
     PartsCache,
     ValueParts,
@@ -126,6 +127,12 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             This bounds what one damaged record can make unusable (the
             checkpoints until the next full one) at the cost of storing the
             unchanged channels again.
+        list_chain_limit: A list that only grows (a chat's messages) is stored
+            as the items it gained; after this many such versions in a row it
+            is stored whole again. Bounds what a read decodes and what one
+            damaged record can make unusable; larger keeps the store closer to
+            linear in the chat's length (whole copies cost the square of it,
+            divided by this).
 
     Example:
         >>> import tempfile
@@ -158,6 +165,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         on_corruption: Callable[[Damage], Any] | None = None,
         quarantine: bool = True,
         full_snapshot_every: int = 50,
+        list_chain_limit: int = DEFAULT_MAX_CHAIN,
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(full_snapshot_every, int) or full_snapshot_every < 1:
@@ -189,7 +197,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             OrderedDict()
         )
         # The last list stored per channel, so the next put stores only what it gained.
-        self._lists = ListMemory(max_chain=full_snapshot_every)
+        if not isinstance(list_chain_limit, int) or list_chain_limit < 0:
+            raise ValueError(f"list_chain_limit must be an int >= 0, got {list_chain_limit!r}")
+        self._lists = ListMemory(max_chain=list_chain_limit)
         self._parts = PartsCache()
         self._lock = threading.Lock()
         self._closed = False

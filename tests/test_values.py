@@ -84,7 +84,7 @@ def history(graph: Any, config: dict) -> list[Any]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_chat_reads_back_what_in_memory_saver_returns(tmp_path, backend):
-    saver = open_saver(backend, tmp_path, full_snapshot_every=7)
+    saver = open_saver(backend, tmp_path, list_chain_limit=7)
     ours, reference = chat_graph(saver), chat_graph(InMemorySaver())
     config = {"configurable": {"thread_id": "chat"}}
     for graph in (ours, reference):
@@ -103,7 +103,7 @@ def test_a_chat_reads_back_what_in_memory_saver_returns(tmp_path, backend):
 
 
 def test_the_store_grows_linearly_with_the_chat(tmp_path):
-    # below the chain bound (50 by default) the growth is linear: twice the steps,
+    # below the chain bound (200 by default) the growth is linear: twice the steps,
     # about twice the bytes (whole lists stored at every step would give four times)
     short = chat_bytes(20, tmp_path / "short")
     long = chat_bytes(40, tmp_path / "long")

@@ -286,7 +286,8 @@ def _store_summary(saver: VerifiedSaver) -> dict[str, Any]:
     namespaces: dict[str, dict[str, dict[str, Any]]] = {
         thread_id: {} for thread_id in saver._thread_ids()
     }
-    for found in saver.list(None):  # newest first within each thread
+    # newest first within each thread; verified, but no state deserialized: only counted
+    for found in saver._list(None, filter=None, before=None, limit=None, values=False):
         thread_id = str(found.config["configurable"]["thread_id"])
         entry = namespaces.setdefault(thread_id, {}).setdefault(
             _namespace(found),

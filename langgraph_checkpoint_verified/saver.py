@@ -333,6 +333,20 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             [2]
         """
         self._check_open()
+        yield from self._list(config, filter=filter, before=before, limit=limit, values=True)
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+        values: bool,
+    ) -> Iterator[CheckpointTuple]:
+        """``list``; with ``values=False`` every record is still verified (a checkpoint
+        whose values do not verify is left out), but channel values and pending
+        writes are not deserialized: they come back empty. For summaries."""
         if limit is not None and limit <= 0:
             return
         before_id = get_checkpoint_id(before) if before else None
@@ -354,7 +368,12 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                     continue
                 try:
                     found = self._load(
-                        thread_id, checkpoint_ns, checkpoint_id, holders, metadata_filter=filter
+                        thread_id,
+                        checkpoint_ns,
+                        checkpoint_id,
+                        holders,
+                        metadata_filter=filter,
+                        values=values,
                     )
                 except _Unusable:
                     continue
@@ -483,6 +502,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         *,
         metadata_filter: dict[str, Any] | None = None,
         remember_lists: bool = False,
+        values: bool = True,
     ) -> CheckpointTuple | None:
         """Load one checkpoint completely, or raise ``_Unusable``; ``None`` if absent.
 
@@ -500,7 +520,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             channel_values = {
                 ch: load_value(self.serde, parts)
                 for ch, parts in entries.items()
-                if not is_empty(parts)
+                if values and not is_empty(parts)
             }
         except RecordDamagedError as exc:
             # every record verified, yet an extension does not fit its base
@@ -523,7 +543,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 if record.parent_checkpoint_id
                 else None
             ),
-            pending_writes=self._pending_writes(thread_id, checkpoint_ns, checkpoint_id),
+            pending_writes=(
+                self._pending_writes(thread_id, checkpoint_ns, checkpoint_id) if values else []
+            ),
         )
 
     def _read_with_values(

@@ -171,13 +171,31 @@ def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[Da
                 damaged.append(DamagedSpan(offset, len(view), _claimed_key(view, offset), found))
                 end = len(view)
             break  # otherwise nothing intact after it: a torn tail
-        damaged.append(
-            DamagedSpan(
-                offset=offset, end=following.offset, key=_claimed_key(view, offset), reason=found
-            )
-        )
+        damaged.extend(_split(raw, view, offset, following.offset, found))
         offset = following.offset
     return entries, damaged, end
+
+
+def _split(raw: bytes, view: memoryview, start: int, end: int, reason: str) -> list[DamagedSpan]:
+    """A damaged stretch as the entries it still shows: one span from each header that
+    reads (and names a key) to the next, so each damaged record is named on its own."""
+    starts = [start]
+    at = raw.find(ENTRY_MAGIC, start + 1, end)
+    while at != -1:
+        declared = _declared_end(view, at)
+        if declared is not None and declared <= end and _claimed_key(view, at) is not None:
+            starts.append(at)
+        at = raw.find(ENTRY_MAGIC, at + 1, end)
+    spans = []
+    for first, (left, right) in enumerate(zip(starts, [*starts[1:], end], strict=True)):
+        why = reason if first == 0 else _why_not(view, left)
+        spans.append(DamagedSpan(offset=left, end=right, key=_claimed_key(view, left), reason=why))
+    return spans
+
+
+def _why_not(view: memoryview, offset: int) -> str:
+    found = _entry_at(view, offset)
+    return found if isinstance(found, str) else "entry checksum mismatch"
 
 
 def _next_entry(raw: bytes, view: memoryview, offset: int) -> Entry | None:

@@ -41,3 +41,27 @@ def test_verify_names_entries_of_another_thread_in_a_threads_log(tmp_path):
     saver = VerifiedSaver(tmp_path / "t", fsync=False)
     assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
     assert not saver.verify().ok, "the log of thread t holds only records of thread other"
+
+
+def test_adjacent_damaged_entries_are_named_each_on_its_own(tmp_path):
+    """Two damaged entries side by side are one stretch to resynchronize over, but two
+    records to report: each header that still reads starts a span of its own."""
+    from langgraph_checkpoint_verified import FileStorage
+    from langgraph_checkpoint_verified._entries import scan
+
+    storage = FileStorage(tmp_path / "store", fsync=False)
+    keys = [f"threads/t/ns/~/checkpoints/{n}.ckpt" for n in (1, 2, 3)]
+    for key in keys:
+        storage.write(key, b"record of " + key.encode() * 4)
+    log = tmp_path / "store" / "threads" / "t" / "log"
+    data = bytearray(log.read_bytes())
+    entries, _, _ = scan(bytes(data))
+    for entry in entries[:2]:
+        data[entry.data_offset + 3] ^= 0xFF
+    _, damaged, end = scan(bytes(data))
+    assert [span.key for span in damaged] == keys[:2]
+    assert end == len(data)
+    log.write_bytes(bytes(data))
+    reader = FileStorage(tmp_path / "store")
+    assert [reader.read(key) is not None for key in keys] == [True, True, True]
+    assert reader.read(keys[2]) == b"record of " + keys[2].encode() * 4

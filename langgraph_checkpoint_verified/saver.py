@@ -838,8 +838,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         """Store a checkpoint durably; returns the config that names it.
 
         Only channels in ``new_versions`` are stored (inside this checkpoint's
-        own record: one file per step); unchanged channels refer to the record
-        that already holds them.
+        own record: one log entry per step, one sync); unchanged channels refer
+        to the record that already holds them, and a list that extends its
+        previous version is stored as the items it gained.
         """
         self._check_open()
         thread_id, checkpoint_ns, parent_id = _config_parts(config)

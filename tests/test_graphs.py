@@ -26,8 +26,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Command, Send, interrupt
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified import FileStorage
+from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
 
 
 class Runner:

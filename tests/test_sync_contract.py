@@ -23,8 +23,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME
 
-from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified import FileStorage
+from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
 
 
 @pytest.fixture(params=["files", "memory"])

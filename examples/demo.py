@@ -31,6 +31,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified._entries import scan
 
 STEPS = ["plan", "research", "draft", "review", "publish"]
 
@@ -133,18 +134,24 @@ def killed_process(root: Path) -> None:
 
 def damaged_checkpoint(root: Path) -> None:
     say()
-    say("3. The newest checkpoint file is damaged on disk")
+    say("3. The newest checkpoint is damaged on disk")
     store, workdir = root / "store-3", root / "work-3"
     workdir.mkdir()
     config = {"configurable": {"thread_id": "report-3"}}
     graph = build_agent(workdir, kill_in=None).compile(checkpointer=VerifiedSaver(store))
     # stop before the last step, the way an interrupted run would
     graph.invoke({"topic": "glaciers", "notes": []}, config, interrupt_before=["publish"])
-    newest = max((store / "threads").rglob("*.ckpt"), key=lambda p: p.name)
-    data = bytearray(newest.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    newest.write_bytes(bytes(data))
-    say(f"   flipped one bit in {newest.relative_to(store)}")
+    # the thread's records are entries of one log: find the newest checkpoint's entry
+    log = store / "threads" / "report-3" / "log"
+    data = bytearray(log.read_bytes())
+    entries, _, _ = scan(bytes(data))
+    newest = max((e for e in entries if e.key.endswith(".ckpt")), key=lambda e: e.key)
+    data[newest.data_offset + newest.data_size // 2] ^= 0x01
+    log.write_bytes(bytes(data))
+    say(
+        f"   flipped one bit in {log.relative_to(store)}, at byte {newest.data_offset},"
+        " inside the newest checkpoint's record"
+    )
 
     damage_seen = []
     saver = VerifiedSaver(store, on_corruption=damage_seen.append)

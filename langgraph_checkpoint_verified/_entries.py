@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import ormsgpack
 
-ENTRY_MAGIC = b"LGCE"
+from langgraph_checkpoint_verified._format import ENTRY_MAGIC
+
 PUT = 1
 DELETE = 2
 

@@ -41,6 +41,8 @@ import zstandard
 from langgraph_checkpoint_verified.errors import RecordDamagedError
 
 MAGIC = b"LGCV"
+ENTRY_MAGIC = b"LGCE"
+"""The magic of a log entry (``_entries``), which frames a record in a thread's log."""
 FORMAT_VERSION = 1
 FLAG_KEYED = 0x01
 
@@ -266,6 +268,11 @@ class Codec:
         magic, version, kind_byte, flags, reserved, identity_size, payload_size, content_size = (
             _FIXED.unpack_from(view, 0)
         )
+        if magic == ENTRY_MAGIC:
+            # what a key reads back as when its log entry fails its own checksum
+            raise RecordDamagedError(
+                "its log entry is damaged (entry checksum mismatch): the record in it is not read"
+            )
         if magic != MAGIC:
             raise RecordDamagedError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
         if version != FORMAT_VERSION:

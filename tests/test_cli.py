@@ -17,40 +17,18 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
+from echo_graph import build_graph
 from langchain_core.load import load as langchain_load
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
-from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver, _entries, cli
 from langgraph_checkpoint_verified.cli import main
 
 CONVERSATIONS = {"alpha": ["hi", "how are you?"], "beta": ["hello"]}
-
-
-class State(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-    turns: int
-
-
-def reply(state: State) -> dict[str, Any]:
-    return {
-        "messages": [AIMessage(f"echo: {state['messages'][-1].content}")],
-        "turns": state.get("turns", 0) + 1,
-    }
-
-
-def build_graph(checkpointer: Any) -> Any:
-    builder = StateGraph(State)
-    builder.add_node("reply", reply)
-    builder.add_edge(START, "reply")
-    builder.add_edge("reply", END)
-    return builder.compile(checkpointer=checkpointer)
 
 
 def config(thread_id: str) -> dict[str, Any]:

@@ -26,14 +26,11 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, AnyMessage
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
+from echo_graph import build_graph
 from readonly_child import install
-from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
 from langgraph_checkpoint_verified._entries import PUT, encode_entry, scan
@@ -46,26 +43,6 @@ TESTS = Path(__file__).parent
 CONSOLE_SCRIPT = Path(sys.prefix) / "bin" / "langgraph-verified"
 IS_ROOT = os.geteuid() == 0
 FLAVOURS = ["EACCES", "EROFS"]
-
-
-class State(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-    turns: int
-
-
-def reply(state: State) -> dict[str, Any]:
-    return {
-        "messages": [AIMessage(f"echo: {state['messages'][-1].content}")],
-        "turns": state.get("turns", 0) + 1,
-    }
-
-
-def build_graph(checkpointer: Any) -> Any:
-    builder = StateGraph(State)
-    builder.add_node("reply", reply)
-    builder.add_edge(START, "reply")
-    builder.add_edge("reply", END)
-    return builder.compile(checkpointer=checkpointer)
 
 
 def config(thread_id: str = "alpha") -> dict[str, Any]:

@@ -38,11 +38,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from langchain_core.messages import AIMessage, AnyMessage
+from echo_graph import build_graph as build_chat
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
 from test_cli import checkpoint_entry, located
 from typing_extensions import TypedDict
 
@@ -59,26 +58,6 @@ from langgraph_checkpoint_verified.recovery import Damage
 CONSOLE_SCRIPT = Path(sys.prefix) / "bin" / "langgraph-verified"
 BACKENDS = ["files", "memory"]
 ALPHA = {"configurable": {"thread_id": "alpha"}}
-
-
-class State(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-    turns: int
-
-
-def reply(state: State) -> dict[str, Any]:
-    return {
-        "messages": [AIMessage(f"echo: {state['messages'][-1].content}")],
-        "turns": state.get("turns", 0) + 1,
-    }
-
-
-def build_chat(checkpointer: Any) -> Any:
-    builder = StateGraph(State)
-    builder.add_node("reply", reply)
-    builder.add_edge(START, "reply")
-    builder.add_edge("reply", END)
-    return builder.compile(checkpointer=checkpointer)
 
 
 def chat(saver: VerifiedSaver) -> None:

@@ -123,6 +123,9 @@ def progress(description: str) -> Iterator[Progress]:
         transient=True,
         disable=not sys.stderr.isatty(),
     )
+    if bar.disable:
+        yield bar  # never started: some versions of rich still end a stopped bar's line
+        return
     with bar:
         yield bar
 

@@ -169,19 +169,23 @@ def history_tables(results: dict[str, Any]) -> list[str]:
         "open_get_tuple": "new saver: open + get_tuple",
     }
     for op, title in titles.items():
-        entry = history[op]
-        ratios = entry["ratios"][f"{VERIFIED_FILES} / {SQLITE}"]
-        for pct in ("p50", "p99"):
-            lines.append(
-                row(
-                    f"{title}, {pct}",
-                    ms(entry[VERIFIED_FILES][f"{pct}_ms"]),
-                    f"SqliteSaver {ms(entry[SQLITE][f'{pct}_ms'])}",
-                    x(ratios[pct]),
-                )
-            )
+        lines.extend(percentile_rows(history[op], title, VERIFIED_FILES, SQLITE))
     lines.append("")
     return lines
+
+
+def percentile_rows(entry: dict[str, Any], title: str, name: str, base: str) -> list[str]:
+    """The p50 and p99 rows of one operation: ``name`` next to ``base``."""
+    ratios = entry["ratios"][f"{name} / {base}"]
+    return [
+        row(
+            f"{title}, {pct}",
+            ms(entry[name][f"{pct}_ms"]),
+            f"{base} {ms(entry[base][f'{pct}_ms'])}",
+            x(ratios[pct]),
+        )
+        for pct in ("p50", "p99")
+    ]
 
 
 def calls_tables(results: dict[str, Any]) -> list[str]:
@@ -210,16 +214,7 @@ def calls_tables(results: dict[str, Any]) -> list[str]:
             (VERIFIED_FILES, SQLITE, "files"),
             (VERIFIED_MEMORY, MEMORY, "memory"),
         ):
-            ratios = entry["ratios"][f"{name} / {base}"]
-            for pct in ("p50", "p99"):
-                lines.append(
-                    row(
-                        f"{title}, {where}, {pct}",
-                        ms(entry[name][f"{pct}_ms"]),
-                        f"{base} {ms(entry[base][f'{pct}_ms'])}",
-                        x(ratios[pct]),
-                    )
-                )
+            lines.extend(percentile_rows(entry, f"{title}, {where}", name, base))
     lines.append("")
     return lines
 

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -48,6 +49,12 @@ def encode_segment(value: str) -> str:
     """Encode one user string as a safe, collision-free path segment."""
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}: {value!r}")
+    return _encoded_segment(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded_segment(value: str) -> str:
+    # every read names its thread, namespace and checkpoint several times over
     if value == "":
         return "~"
     if len(value) <= MAX_SEGMENT and _PLAIN_SEGMENT.fullmatch(value):

@@ -28,6 +28,7 @@ entries, and ``compact`` folds them into the log.
 from __future__ import annotations
 
 import builtins
+import itertools
 import os
 import secrets
 import sys
@@ -70,6 +71,7 @@ HINT_AFTER_BYTES = 256 * 1024
 HINT_EVERY_BYTES = 4 * 1024 * 1024
 """...and refreshes it once the log has grown this much past it."""
 _OPEN_LOGS = 256
+_OPENINGS = itertools.count(1)
 
 _InLog = tuple[int, int]
 """Where an entry's data lies in the log: (offset, size)."""
@@ -186,6 +188,9 @@ class _ThreadLog:
         self.path = f"{directory}/{LOG_NAME}"
         self.fd: int | None = None
         self.ino: int | None = None
+        self.opening = 0
+        """Which opening of the file ``fd`` is, unique in this process: an inode number
+        can be reused once a compacted log's file is gone, an opening never is."""
         self.end = 0
         """Where the intact part of the log, as read so far, ends."""
         self.index = _KeyDirectory()
@@ -277,6 +282,7 @@ class FileStorage:
                 self._rebuild(log, None)
                 return
             log.ino = os.fstat(log.fd).st_ino
+            log.opening = next(_OPENINGS)
             self._rebuild(log, log.fd)
             return
         if st.st_size > log.end:
@@ -728,9 +734,9 @@ class FileStorage:
         if where is None:
             return None
         if isinstance(where, _DamagedEntry):
-            return ("damaged", log.ino, where.offset)
+            return ("damaged", log.ino, log.opening, where.offset)
         if isinstance(where, tuple):
-            return (log.ino, where[0])
+            return (log.ino, log.opening, where[0])
         return self.files.stamp(os.path.relpath(where, self.files.location("")))
 
     def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:

@@ -10,6 +10,7 @@ repair reuses ``remove_checkpoints``.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -119,7 +120,10 @@ def records_of(
         except Unusable:
             continue
         if record is not None:
-            records[checkpoint_id] = record
+            # a copy: records read are shared with the saver's cache, these get rewritten
+            records[checkpoint_id] = dataclasses.replace(
+                record, values=dict(record.values), refs=dict(record.refs)
+            )
     return records
 
 
@@ -158,8 +162,9 @@ def remove_checkpoints(
         if all(holder == checkpoint_id for _, holder in record.refs.values()):
             record.since_full = 0
         key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
-        saver.storage.write(key, encode_checkpoint(saver.codec, record))
-        saver._remember_refs(record, saver.storage.stamp(key))
+        data = encode_checkpoint(saver.codec, record)
+        saver.storage.write(key, data)
+        saver._records.remember(record, data, saver.storage.stamp(key))
     # ...then remove them.
     for checkpoint_id in doomed:
         saver.storage.delete(_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))

@@ -16,7 +16,6 @@ import builtins
 import os
 import random
 import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
@@ -54,6 +53,7 @@ from langgraph_checkpoint_verified._format import (
 )
 from langgraph_checkpoint_verified._keys import NORMAL_WRITES_SLOT
 from langgraph_checkpoint_verified._log import FileStorage
+from langgraph_checkpoint_verified._record_cache import RecordCache
 from langgraph_checkpoint_verified._records import (
     EMPTY_TYPE,
     VALUE_FULL,
@@ -93,7 +93,6 @@ from langgraph_checkpoint_verified.recovery import (
 T = TypeVar("T")
 
 
-_REFS_CACHE_SIZE = 4096
 _MAINTENANCE_RETRIES = 8
 _ASYNC_LIST_BATCH = 64
 
@@ -190,12 +189,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         )
         if isinstance(self.storage, FileStorage):
             self.storage.on_damaged_span = self.reporter.damaged_span
-        # What put needs of a parent (its refs), keyed by checkpoint and trusted only
-        # while the parent's storage stamp is unchanged: another saver may have
-        # rewritten it (prune, delete_for_runs) since.
-        self._refs_cache: OrderedDict[tuple[str, str, str], tuple[Hashable, CheckpointRecord]] = (
-            OrderedDict()
-        )
+        # Records verified (or written) here, trusted while their storage stamp is
+        # unchanged: another saver may have rewritten them (prune, delete_for_runs) since.
+        self._records = RecordCache()
         # The last list stored per channel, so the next put stores only what it gained.
         if not isinstance(list_chain_limit, int) or list_chain_limit < 0:
             raise ValueError(f"list_chain_limit must be an int >= 0, got {list_chain_limit!r}")
@@ -556,7 +552,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         attempts_left = _MAINTENANCE_RETRIES
         while True:
             stamp = self.storage.stamp(key)
-            record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
+            record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id, stamp)
             if record is None:
                 return None
             try:
@@ -574,13 +570,25 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 raise _Unusable(unusable.reason, parent=record.parent_checkpoint_id) from None
 
     def _read_checkpoint(
-        self, key: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+        self,
+        key: str,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        stamp: Hashable | None = None,
     ) -> CheckpointRecord | None:
+        """The verified record at ``key`` (shared: never change it), ``None`` if absent.
+
+        ``stamp``: the key's storage stamp, if the caller took it before this read.
+        """
         data = self._read(key)
         if data is None:
             return None
+        cached = self._records.record((thread_id, checkpoint_ns, checkpoint_id), data)
+        if cached is not None:
+            return cached
         try:
-            return decode_checkpoint(
+            record = decode_checkpoint(
                 self.codec,
                 data,
                 {
@@ -599,6 +607,10 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 else _PARENT_UNKNOWN
             )
             raise _Unusable(exc.reason, parent=parent) from None
+        # a record rewritten between the stamp and the read is kept under the old
+        # stamp, which no later read matches
+        self._records.remember(record, data, stamp)
+        return record
 
     def _read(self, key: str) -> bytes | None:
         try:
@@ -919,8 +931,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             since_full=0 if full or parent is None else parent.since_full + 1,
         )
         key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
-        self.storage.write(key, encode_checkpoint(self.codec, record))
-        self._remember_refs(record, self.storage.stamp(key))
+        data = encode_checkpoint(self.codec, record)
+        self.storage.write(key, data)
+        self._records.remember(record, data, self.storage.stamp(key))
         return _config(thread_id, checkpoint_ns, checkpoint_id)
 
     def put_writes(
@@ -1054,47 +1067,18 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         stamp = self.storage.stamp(key)
         if stamp is None:
             return None
-        cache_key = (thread_id, checkpoint_ns, checkpoint_id)
-        with self._lock:
-            cached = self._refs_cache.get(cache_key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
+        cached = self._records.summary((thread_id, checkpoint_ns, checkpoint_id), stamp)
+        if cached is not None:
+            return cached
         try:
-            record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
+            return self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id, stamp)
         except _Unusable:
-            record = None
-        if record is not None:
-            self._remember_refs(record, stamp)
-        return record
-
-    def _remember_refs(self, record: CheckpointRecord, stamp: Hashable | None) -> None:
-        if stamp is None:
-            return
-        # keep only what put needs: the refs and the chain position, not the values
-        summary = CheckpointRecord(
-            thread_id=record.thread_id,
-            checkpoint_ns=record.checkpoint_ns,
-            checkpoint_id=record.checkpoint_id,
-            parent_checkpoint_id=record.parent_checkpoint_id,
-            checkpoint=("", b""),
-            metadata=("", b""),
-            values={},
-            refs=record.refs,
-            since_full=record.since_full,
-        )
-        cache_key = (record.thread_id, record.checkpoint_ns, record.checkpoint_id)
-        with self._lock:
-            self._refs_cache[cache_key] = (stamp, summary)
-            self._refs_cache.move_to_end(cache_key)
-            while len(self._refs_cache) > _REFS_CACHE_SIZE:
-                self._refs_cache.popitem(last=False)
+            return None
 
     def _forget_thread(self, thread_id: str) -> None:
         self._lists.forget_thread(thread_id)
         self._parts.forget_thread(thread_id)
-        with self._lock:
-            for cache_key in [k for k in self._refs_cache if k[0] == thread_id]:
-                del self._refs_cache[cache_key]
+        self._records.forget_thread(thread_id)
 
     # -- tool-call records -------------------------------------------------
 

@@ -221,7 +221,14 @@ def test_stamp_changes_whenever_the_record_does(tmp_path):
     storage.compact(T)  # the record moved to a new file
     third = storage.stamp(key)
     assert third not in (first, second)
-    assert FileStorage(tmp_path).stamp(key) == third
+    assert storage.stamp(key) == third
+    # another process compacting: a new file, even should its inode number be one this
+    # process saw before (a stamp names the opening of the file, never reused)
+    seen = {third}
+    for _ in range(3):
+        FileStorage(tmp_path).compact(T)
+        assert storage.stamp(key) not in seen
+        seen.add(storage.stamp(key))
     storage.delete(key)
     assert storage.stamp(key) is None
     storage.write("store.marker", b"m")

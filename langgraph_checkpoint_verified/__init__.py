@@ -2,11 +2,13 @@
 and runs side effects once."""
 
 from langgraph_checkpoint_verified._log import FileStorage
+from langgraph_checkpoint_verified._object_storage import ObjectStorage
 from langgraph_checkpoint_verified._storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
     RecordDamagedError,
     StoreKeyError,
+    StoreUnavailableError,
     StoreWriteError,
     ToolOutcomeUnknownError,
     VerifiedSaverError,
@@ -39,6 +41,7 @@ __all__ = [
     "FileStorage",
     "MemoryStorage",
     "MigrationReport",
+    "ObjectStorage",
     "RecordDamagedError",
     "RecoveryFailedError",
     "RecoveryResult",
@@ -47,6 +50,7 @@ __all__ = [
     "StateUpdate",
     "Storage",
     "StoreKeyError",
+    "StoreUnavailableError",
     "StoreWriteError",
     "ToolOutcomeUnknownError",
     "UnusableCheckpoint",

@@ -114,6 +114,28 @@ class StoreWriteError(VerifiedSaverError):
         )
 
 
+class StoreUnavailableError(VerifiedSaverError):
+    """The store could not be reached (an object store that did not answer, after retries).
+
+    Nothing was read or acknowledged: an unreachable store is never taken for
+    a damaged or missing record, so no read falls back to an older checkpoint
+    because of it. The original error is chained as ``__cause__``.
+
+    Attributes:
+        operation: ``"read"``, ``"write"``, ``"list"`` or ``"delete"``.
+        location: The record (or prefix) it was for.
+    """
+
+    def __init__(self, operation: str, location: str, error: BaseException) -> None:
+        self.operation = operation
+        self.location = location
+        super().__init__(
+            f"could not {operation} {location}: {error}. The store did not answer; nothing "
+            f"was read or saved by this call. Check the endpoint, network and credentials, "
+            f"then retry."
+        )
+
+
 class ToolOutcomeUnknownError(VerifiedSaverError):
     """An at-most-once tool started before a crash and its outcome was never recorded.
 

@@ -53,6 +53,7 @@ from langgraph_checkpoint_verified._format import (
 )
 from langgraph_checkpoint_verified._keys import NORMAL_WRITES_SLOT
 from langgraph_checkpoint_verified._log import FileStorage
+from langgraph_checkpoint_verified._object_storage import ObjectStorage
 from langgraph_checkpoint_verified._record_cache import RecordCache
 from langgraph_checkpoint_verified._records import (
     EMPTY_TYPE,
@@ -107,8 +108,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
     verifies, and the damage is quarantined and reported.
 
     Args:
-        path: Directory of the store (created if missing). Omit it and pass
-            ``storage=`` for another backend, or use ``VerifiedSaver.in_memory()``.
+        path: Directory of the store (created if missing), or ``"s3://bucket/prefix"``
+            for a bucket several machines share (``ObjectStorage``, the ``[s3]``
+            extra; endpoint and credentials from the ``AWS_*`` environment).
+            Omit it and pass ``storage=`` for another backend (an
+            ``ObjectStorage`` with options), or use ``VerifiedSaver.in_memory()``.
         storage: A ``Storage`` implementation to use instead of files.
         serde: Serializer for checkpoints and writes (any ``SerializerProtocol``,
             e.g. ``EncryptedSerializer``). Defaults to LangGraph's ``JsonPlusSerializer``.
@@ -179,9 +183,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             )
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
-        self.storage: Storage = (
-            storage if storage is not None else FileStorage(path, fsync=fsync)  # type: ignore[arg-type]
-        )
+        if storage is None:
+            storage = (
+                ObjectStorage(path)
+                if isinstance(path, str) and path.startswith("s3://")
+                else FileStorage(path, fsync=fsync)  # type: ignore[arg-type]
+            )
+        self.storage: Storage = storage
         self.codec = Codec(key, compression_level=compression_level)
         self.strict = strict
         self.reporter = DamageReporter(
@@ -551,10 +559,10 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
         attempts_left = _MAINTENANCE_RETRIES
         while True:
-            stamp = self.storage.stamp(key)
-            record = self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id, stamp)
-            if record is None:
+            found = self._read_checkpoint_data(key, thread_id, checkpoint_ns, checkpoint_id)
+            if found is None:
                 return None
+            record, data = found
             try:
                 return record, self._resolve_values(record, holders)
             except _Unusable as unusable:
@@ -562,12 +570,18 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 # itself, then remove the records it used to refer to: a reader that
                 # read it before the rewrite finds a holder gone. That is not damage:
                 # read it again, as it is now.
-                if attempts_left and self.storage.stamp(key) != stamp:
+                if attempts_left and self._bytes_now(key) != data:
                     attempts_left -= 1
                     holders.clear()
                     continue
                 # this record verified: its parent is known even though a value is not
                 raise _Unusable(unusable.reason, parent=record.parent_checkpoint_id) from None
+
+    def _bytes_now(self, key: str) -> bytes | None:
+        try:
+            return self.storage.read(key)
+        except OSError:
+            return None
 
     def _read_checkpoint(
         self,
@@ -581,12 +595,24 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
         ``stamp``: the key's storage stamp, if the caller took it before this read.
         """
+        found = self._read_checkpoint_data(key, thread_id, checkpoint_ns, checkpoint_id, stamp)
+        return None if found is None else found[0]
+
+    def _read_checkpoint_data(
+        self,
+        key: str,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        stamp: Hashable | None = None,
+    ) -> tuple[CheckpointRecord, bytes] | None:
+        """``_read_checkpoint``, with the bytes the record was read from."""
         data = self._read(key)
         if data is None:
             return None
         cached = self._records.record((thread_id, checkpoint_ns, checkpoint_id), data)
         if cached is not None:
-            return cached
+            return cached, data
         try:
             record = decode_checkpoint(
                 self.codec,
@@ -610,7 +636,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         # a record rewritten between the stamp and the read is kept under the old
         # stamp, which no later read matches
         self._records.remember(record, data, stamp)
-        return record
+        return record, data
 
     def _read(self, key: str) -> bytes | None:
         try:

@@ -6,7 +6,7 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_TEST := $(VENV)/.installed-test
 TEST_PATHS := langgraph_checkpoint_verified tests docs README.md
 # A second environment for the tests: every direct dependency of the package and of
-# the test and docs extras is pinned to the lower bound pyproject.toml declares
+# the test, docs and s3 extras is pinned to the lower bound pyproject.toml declares
 # (.ci/lowest_constraints.py writes the pins), so a bound that is not true fails `make test`.
 # The server extra is not installed there, and tests/test_server.py runs only in .venv:
 # langgraph dev retries a run killed by a restart only with a langgraph-api newer than
@@ -14,7 +14,7 @@ TEST_PATHS := langgraph_checkpoint_verified tests docs README.md
 # and 0.13.8, the newest that fits, both fail it).
 LOWEST := .venv-lowest
 LOWEST_BIN := $(LOWEST)/bin
-LOWEST_EXTRAS := test,docs
+LOWEST_EXTRAS := test,docs,s3
 LOWEST_SKIPS := --ignore=tests/test_server.py
 STAMP_LOWEST := $(LOWEST)/.installed
 
@@ -29,7 +29,7 @@ $(STAMP_BASE): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_TEST): pyproject.toml $(STAMP_BASE)
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs,server]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs,server,s3]'
 	touch $@
 
 # made anew whenever the declared bounds change: nothing newer may be left over

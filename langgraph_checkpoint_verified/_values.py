@@ -127,8 +127,9 @@ class ListMemory:
         if (
             last is not None
             and parent_ref is not None
-            # the parent's value is the one remembered (its holder may be a copy)
-            and parent_ref[0] == last.version
+            # the parent's value is the one remembered: the same version in the same
+            # record (two forks, or two machines, may each make a version number)
+            and parent_ref == (last.version, last.checkpoint_id)
             and last.chain < self.max_chain
             and len(value) >= len(last.items)
             and all(map(operator.is_, value, last.items))
@@ -151,8 +152,11 @@ class ListMemory:
                 self._lists.popitem(last=False)
         return stored
 
-    def remember(self, where: tuple[str, str, str], version: Any, value: Any, depth: int) -> None:
-        """Note a list just read back at ``version``: a put based on it extends it.
+    def remember(
+        self, where: tuple[str, str, str], version: Any, holder_id: str, value: Any, depth: int
+    ) -> None:
+        """Note a list just read back at ``version`` from ``holder_id``'s record: a put
+        based on it extends it.
 
         LangGraph starts every run from the checkpoint it reads, so the lists a
         run appends to are the ones ``get_tuple`` returned. ``depth`` is how many
@@ -162,7 +166,7 @@ class ListMemory:
             return
         with self._lock:
             # even after our own put of this version: the run goes on with these objects
-            self._lists[where] = _Stored(version, "", list(value), depth)
+            self._lists[where] = _Stored(version, holder_id, list(value), depth)
             self._lists.move_to_end(where)
             while len(self._lists) > _REMEMBERED_LISTS:
                 self._lists.popitem(last=False)
@@ -178,24 +182,28 @@ class ListMemory:
 
 
 class PartsCache:
-    """The verified parts of recently stored or read list values, by channel and version.
+    """The verified parts of recently stored or read list values, by channel, the
+    checkpoint whose record holds the value, and its version.
 
     Reading a thread's newest checkpoint would otherwise read every record of
-    its value's chain again at each step of a run. Versions are never reused
-    for another value, so parts found under one are those of that version.
+    its value's chain again at each step of a run. A version number alone does
+    not name a value: two forks of a thread (on two machines, say) may each
+    make the same one; the record holding it does.
     """
 
     def __init__(self, size: int = 256) -> None:
-        self._parts: OrderedDict[tuple[str, str, str, Any], ValueParts] = OrderedDict()
+        self._parts: OrderedDict[tuple[str, str, str, str, Any], ValueParts] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
-    def get(self, where: tuple[str, str, str], version: Any) -> ValueParts | None:
+    def get(self, where: tuple[str, str, str], holder_id: str, version: Any) -> ValueParts | None:
         with self._lock:
-            return self._parts.get((*where, version))
+            return self._parts.get((*where, holder_id, version))
 
-    def put(self, where: tuple[str, str, str], version: Any, parts: ValueParts) -> None:
-        key = (*where, version)
+    def put(
+        self, where: tuple[str, str, str], holder_id: str, version: Any, parts: ValueParts
+    ) -> None:
+        key = (*where, holder_id, version)
         with self._lock:
             self._parts[key] = parts
             self._parts.move_to_end(key)
@@ -213,7 +221,7 @@ def value_parts(
     channel: str,
     stored: StoredValue,
     holder_values: Callable[[str], dict[str, StoredValue]],
-    cached: Callable[[Any], ValueParts | None] = lambda version: None,
+    cached: Callable[[str, Any], ValueParts | None] = lambda holder_id, version: None,
 ) -> ValueParts:
     """The serialized parts whose concatenation is a stored value, oldest first.
 
@@ -235,7 +243,7 @@ def value_parts(
         assert current.base is not None  # decode_checkpoint guarantees it
         base_id, base_version, base_count = current.base
         parts.append((current.typed, base_count))
-        known = cached(base_version)
+        known = cached(base_id, base_version)
         if known is not None:
             parts.reverse()
             return [*known, *parts]

@@ -135,7 +135,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             is stored whole again. Bounds what a read decodes and what one
             damaged record can make unusable; larger keeps the store closer to
             linear in the chat's length (whole copies cost the square of it,
-            divided by this).
+            divided by this). Default: 200 on files and in memory, 16 on an
+            object store, where each version in the chain is one more request
+            for a machine that reads the list for the first time.
 
     Example:
         >>> import tempfile
@@ -168,7 +170,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         on_corruption: Callable[[Damage], Any] | None = None,
         quarantine: bool = True,
         full_snapshot_every: int = 50,
-        list_chain_limit: int = DEFAULT_MAX_CHAIN,
+        list_chain_limit: int | None = None,
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(full_snapshot_every, int) or full_snapshot_every < 1:
@@ -201,6 +203,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         # unchanged: another saver may have rewritten them (prune, delete_for_runs) since.
         self._records = RecordCache()
         # The last list stored per channel, so the next put stores only what it gained.
+        if list_chain_limit is None:
+            list_chain_limit = getattr(self.storage, "list_chain_limit", DEFAULT_MAX_CHAIN)
         if not isinstance(list_chain_limit, int) or list_chain_limit < 0:
             raise ValueError(f"list_chain_limit must be an int >= 0, got {list_chain_limit!r}")
         self._lists = ListMemory(max_chain=list_chain_limit)
@@ -531,9 +535,10 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             raise _Unusable(exc.reason, parent=record.parent_checkpoint_id) from None
         if remember_lists:
             for channel, value in channel_values.items():
-                version = record.refs[channel][0]
+                version, holder_id = record.refs[channel]
                 depth = len(entries[channel]) - 1
-                self._lists.remember((thread_id, checkpoint_ns, channel), version, value, depth)
+                where = (thread_id, checkpoint_ns, channel)
+                self._lists.remember(where, version, holder_id, value, depth)
         checkpoint: Checkpoint = {  # type: ignore[typeddict-item]
             **self.serde.loads_typed(record.checkpoint),
             "channel_values": channel_values,
@@ -669,17 +674,20 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         if stored.encoding == VALUE_FULL:
             return [(stored.typed, None)]
         where = (record.thread_id, record.checkpoint_ns, channel)
+        known = self._parts.get(where, holder_id, version)
+        if known is not None:
+            return known  # read (or written) before: its chain is not walked again
         try:
             parts = value_parts(
                 record,
                 channel,
                 stored,
                 lambda base_id: self._holder_values(record, base_id, holders),
-                lambda base_version: self._parts.get(where, base_version),
+                lambda base_id, base_version: self._parts.get(where, base_id, base_version),
             )
         except ValueUnavailable as unavailable:
             raise _Unusable(unavailable.reason) from None
-        self._parts.put(where, version, parts)
+        self._parts.put(where, holder_id, version, parts)
         return parts
 
     def _holder_values(
@@ -931,7 +939,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                     self.serde,
                 )
                 if type(channel_values[channel]) is list:
-                    self._remember_parts(where, stored)
+                    self._remember_parts(where, checkpoint_id, stored)
             elif inherited is not None:
                 # A value the checkpoint has without carrying it in channel_values (a
                 # DeltaChannel's last snapshot): a full record copies it from its holder.
@@ -959,7 +967,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
         data = encode_checkpoint(self.codec, record)
         self.storage.write(key, data)
-        self._records.remember(record, data, self.storage.stamp(key))
+        self._records.remember(record, data, self.storage.written_stamp(key))
         return _config(thread_id, checkpoint_ns, checkpoint_id)
 
     def put_writes(
@@ -1041,14 +1049,19 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             record.task_path = stored.task_path
         self.storage.write(key, encode_writes(self.codec, record))
 
-    def _remember_parts(self, where: tuple[str, str, str], stored: StoredValue) -> None:
+    def _remember_parts(
+        self, where: tuple[str, str, str], holder_id: str, stored: StoredValue
+    ) -> None:
         """Keep a list's parts, so that reading it back does not walk its chain."""
         if stored.base is None:
-            self._parts.put(where, stored.version, [(stored.typed, None)])
+            self._parts.put(where, holder_id, stored.version, [(stored.typed, None)])
             return
-        base_parts = self._parts.get(where, stored.base[1])
+        base_id, base_version, base_count = stored.base
+        base_parts = self._parts.get(where, base_id, base_version)
         if base_parts is not None:
-            self._parts.put(where, stored.version, [*base_parts, (stored.typed, stored.base[2])])
+            self._parts.put(
+                where, holder_id, stored.version, [*base_parts, (stored.typed, base_count)]
+            )
 
     def _inherited_value(
         self,

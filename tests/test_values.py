@@ -177,3 +177,35 @@ def test_maintenance_keeps_extended_values_whole(tmp_path, backend, maintenance)
         assert [s.values for s in chat_graph(reread).get_state_history(config)] == kept_history
     graph.invoke(say(rng), config)
     assert len(graph.get_state(config).values["messages"]) == len(before["messages"]) + 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_forks_that_make_the_same_version_number_keep_their_own_lists(tmp_path, backend):
+    """A version number alone does not name a value: two forks (on two machines, or a
+    caller with its own version scheme) may each make the same one."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = open_saver(backend, tmp_path)
+    base: dict = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+    def put(parent: dict, log: list[str], version: int) -> dict:
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = str(uuid.uuid4())
+        checkpoint["channel_values"] = {"log": log}
+        checkpoint["channel_versions"] = {"log": version}
+        return saver.put(parent, checkpoint, {"step": version}, {"log": version})
+
+    root_log = ["a"]
+    root = put(base, root_log, 1)
+    fork_a = put(root, [*root_log, "x"], 2)
+    fork_b = put(root, [*root_log, "y"], 2)  # the same version number, another value
+    grown_b = put(fork_b, [*root_log, "y", "y2"], 3)
+    grown_a = put(fork_a, [*root_log, "x", "x2"], 3)
+    for reader in (saver, VerifiedSaver(storage=saver.storage)):
+        for config, log in [
+            (fork_a, ["a", "x"]),
+            (grown_b, ["a", "y", "y2"]),
+            (fork_b, ["a", "y"]),
+            (grown_a, ["a", "x", "x2"]),
+        ]:
+            assert reader.get_tuple(config).checkpoint["channel_values"]["log"] == log

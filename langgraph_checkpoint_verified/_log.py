@@ -739,6 +739,9 @@ class FileStorage:
             return (log.ino, log.opening, where[0])
         return self.files.stamp(os.path.relpath(where, self.files.location("")))
 
+    def written_stamp(self, key: str) -> Hashable | None:
+        return self.stamp(key)
+
     def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
         return self.files.lock(prefix, exclusive=exclusive)
 

@@ -164,7 +164,7 @@ def remove_checkpoints(
         key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
         data = encode_checkpoint(saver.codec, record)
         saver.storage.write(key, data)
-        saver._records.remember(record, data, saver.storage.stamp(key))
+        saver._records.remember(record, data, saver.storage.written_stamp(key))
     # ...then remove them.
     for checkpoint_id in doomed:
         saver.storage.delete(_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))

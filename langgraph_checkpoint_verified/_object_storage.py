@@ -37,6 +37,7 @@ from __future__ import annotations
 import builtins
 import errno
 import threading
+from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -56,11 +57,15 @@ try:
 except ImportError:  # pragma: no cover - the [s3] extra is not installed
     obstore = None  # type: ignore[assignment]
 
+LIST_CHAIN_LIMIT = 16
+"""A list stored as what it gained is stored whole again after this many versions: a
+machine reading it for the first time makes one request per version of the chain."""
 HEAD_EVERY = 64
 """A process moves a namespace's head forward once per this many checkpoints it writes."""
 HEADS_PREFIX = "heads"
 _CHECKPOINTS = "/checkpoints"
 _CAS_ATTEMPTS = 32
+_WRITTEN_STAMPS = 4096
 
 
 def _require_obstore() -> None:
@@ -150,12 +155,15 @@ class ObjectStorage(_OneRecordPerWrite):
             if getattr(store, "prefix", None):
                 self.url += f"/{store.prefix}"
         self.store = store
+        self.list_chain_limit = LIST_CHAIN_LIMIT
         self._locks: dict[str, _SharedExclusiveLock] = {}
         self._heads: dict[str, tuple[str | None, str]] = {}
         """checkpoints prefix -> (etag of its head object as last seen, the name it holds)."""
         self._newest: dict[str, str] = {}
         """checkpoints prefix -> the newest checkpoint name this process knows of."""
         self._since_head: dict[str, int] = {}
+        self._written: OrderedDict[str, Hashable] = OrderedDict()
+        """key -> the stamp of what this process last wrote there (see ``written_stamp``)."""
         self._state_lock = threading.Lock()
 
     # -- requests ------------------------------------------------------------
@@ -194,7 +202,7 @@ class ObjectStorage(_OneRecordPerWrite):
         data = bytes(data)
         for _ in range(_CAS_ATTEMPTS):
             try:
-                self._put(key, data, "create")
+                etag = self._put(key, data, "create")
                 break
             except (AlreadyExistsError, PreconditionError, FileExistsError):
                 if not replace:
@@ -206,12 +214,17 @@ class ObjectStorage(_OneRecordPerWrite):
             if stored == data:
                 break  # the same record, written twice: nothing to do
             try:
-                self._put(key, data, {"e_tag": etag})
+                etag = self._put(key, data, {"e_tag": etag})
                 break
             except (AlreadyExistsError, PreconditionError):
                 continue  # replaced in between: compare again
         else:
             raise self._unavailable("write", key, TimeoutError("too many concurrent writers"))
+        with self._state_lock:
+            self._written[key] = (etag, len(data)) if etag else None
+            self._written.move_to_end(key)
+            while len(self._written) > _WRITTEN_STAMPS:
+                self._written.popitem(last=False)
         self._note_written(key)
         return True
 
@@ -243,6 +256,8 @@ class ObjectStorage(_OneRecordPerWrite):
         yield from sorted(k for k in keys if not k.startswith(heads))
 
     def delete(self, key: str) -> None:
+        with self._state_lock:
+            self._written.pop(key, None)
         try:
             obstore.delete(self.store, key)
         except (FileNotFoundError, NotFoundError):
@@ -293,6 +308,13 @@ class ObjectStorage(_OneRecordPerWrite):
         except Exception as exc:
             raise self._unavailable("read", key, exc) from exc
         return (meta.get("e_tag"), meta.get("size"))
+
+    def written_stamp(self, key: str) -> Hashable | None:
+        """The etag the store gave the bytes this process just wrote: no request."""
+        with self._state_lock:
+            if key in self._written:
+                return self._written[key]
+        return self.stamp(key)
 
     @contextmanager
     def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:

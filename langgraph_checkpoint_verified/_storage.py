@@ -91,6 +91,11 @@ class Storage(Protocol):
         """A cheap token that changes whenever ``key`` is written, moved or deleted."""
         ...
 
+    def written_stamp(self, key: str) -> Hashable | None:
+        """The stamp of what this process just wrote under ``key`` (right after ``write``),
+        where the store can tell it without asking anyone; ``stamp(key)`` otherwise."""
+        ...
+
     def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
         """Hold a lock on ``prefix``, shared or exclusive, across processes using the store."""
         ...
@@ -124,6 +129,12 @@ class _OneRecordPerWrite:
 
     def compact(self, prefix: str) -> None:
         """Nothing to reclaim."""
+
+    def stamp(self, key: str) -> Hashable | None:
+        raise NotImplementedError
+
+    def written_stamp(self, key: str) -> Hashable | None:
+        return self.stamp(key)
 
 
 class RecordFileStorage(_OneRecordPerWrite):

@@ -1,7 +1,8 @@
 """Real graphs on ``VerifiedSaver``, compared with LangGraph's ``InMemorySaver``.
 
-One fixture runs every test on files and in memory, through the sync and the
-async API of both the graph and the saver.
+One fixture runs every test on files, in memory and on S3 (a real S3 server on
+127.0.0.1, see ``conftest.py``), through the sync and the async API of both the
+graph and the saver.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, Send, interrupt
+from s3server import s3_store
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
+from langgraph_checkpoint_verified import FileStorage, MemoryStorage, ObjectStorage, VerifiedSaver
 
 
 class Runner:
@@ -62,13 +64,16 @@ class Runner:
 
 
 @pytest.fixture(
-    params=[("files", "sync"), ("files", "async"), ("memory", "sync"), ("memory", "async")],
+    params=[(backend, mode) for backend in ("files", "memory", "s3") for mode in ("sync", "async")],
     ids=lambda p: "-".join(p),
 )
 def run(request, tmp_path):
     backend, mode = request.param
     if backend == "files":
         saver = VerifiedSaver(tmp_path / "store", fsync=False)
+    elif backend == "s3":
+        endpoint, bucket = request.getfixturevalue("s3_bucket")
+        saver = VerifiedSaver(storage=ObjectStorage(store=s3_store(endpoint, bucket)))
     else:
         saver = VerifiedSaver.in_memory()
     yield Runner(saver, mode)
@@ -135,8 +140,8 @@ def test_multi_step_messages_match_in_memory_saver(run):
         without_ids(s.values.get("messages", [])) for s in reference_history
     ]
     # a fresh saver on the same records sees the same thread
-    if isinstance(run.saver.storage, FileStorage):
-        reopened = VerifiedSaver(run.saver.storage.root)
+    if not isinstance(run.saver.storage, MemoryStorage):
+        reopened = VerifiedSaver(storage=reopen(run.saver.storage))
         assert without_ids(
             chat_graph(reopened).get_state(thread("c")).values["messages"]
         ) == without_ids(ours["messages"])
@@ -482,7 +487,16 @@ def stored_bytes(saver) -> list[bytes]:
                 with open(os.path.join(dirpath, name), "rb") as f:
                     found.append(f.read())
         return found
+    if isinstance(storage, ObjectStorage):
+        return [storage.read(key) for key in storage.walk("")]
     return list(storage.records.values())
+
+
+def reopen(storage):
+    """The same store, as another process (or machine) opens it."""
+    if isinstance(storage, FileStorage):
+        return FileStorage(storage.root, fsync=False)
+    return ObjectStorage(store=storage.store)
 
 
 def test_encrypted_serializer_keeps_plaintext_out_of_the_store(run):

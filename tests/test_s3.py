@@ -1,0 +1,371 @@
+"""``VerifiedSaver`` on S3-compatible object storage, against a real S3 server.
+
+The server is moto's, in a child process on 127.0.0.1 (``conftest.py``); a
+``FaultProxy`` in front of it fails, drops or counts requests. What holds on
+files holds here: the conformance suite passes, damage is skipped and
+quarantined, and several processes writing one store lose nothing. What is
+particular to a remote store is tested too: how many requests a call costs,
+and that a store that does not answer raises ``StoreUnavailableError`` instead
+of being taken for a damaged one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+from s3server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, s3_client
+
+from langgraph_checkpoint_verified import (
+    ObjectStorage,
+    StoreUnavailableError,
+    VerifiedSaver,
+    _keys,
+)
+from langgraph_checkpoint_verified._object_storage import HEAD_EVERY
+
+TESTS = Path(__file__).parent
+THREAD = {"configurable": {"thread_id": "t"}}
+# a failing request is retried twice, quickly: the tests wait on what happens, not on time
+FEW_RETRIES = {
+    "max_retries": 2,
+    "backoff": {"init_backoff": timedelta(milliseconds=5), "max_backoff": timedelta(seconds=1)},
+    "retry_timeout": timedelta(seconds=60),
+}
+
+
+def s3_storage(endpoint: str, bucket: str, prefix: str = "store", **options) -> ObjectStorage:
+    return ObjectStorage(
+        f"s3://{bucket}/{prefix}",
+        endpoint=endpoint,
+        region=REGION,
+        access_key_id=ACCESS_KEY_ID,
+        secret_access_key=SECRET_ACCESS_KEY,
+        **options,
+    )
+
+
+def put_chain(saver: VerifiedSaver, count: int, thread_id: str = "t") -> list[dict]:
+    config: dict = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    configs = []
+    for n in range(1, count + 1):
+        config = saver.put(
+            config,
+            generate_checkpoint(
+                channel_values={"x": n, "log": list(range(n))},
+                channel_versions={"x": n, "log": n},
+            ),
+            generate_metadata(step=n),
+            {"x": n, "log": n},
+        )
+        configs.append(config)
+    return configs
+
+
+def s3_env(endpoint: str) -> dict[str, str]:
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+        "AWS_REGION": REGION,
+        "AWS_ALLOW_HTTP": "true",
+    }
+
+
+# -- LangGraph's contract ------------------------------------------------------------
+
+
+async def test_conformance_all_capabilities(s3_bucket, monkeypatch):
+    endpoint, bucket = s3_bucket
+    for name, value in s3_env(endpoint).items():
+        monkeypatch.setenv(name, value)  # s3:// URLs read the usual environment
+    stores = iter(range(10_000))
+
+    @checkpointer_test(name="VerifiedSaver[s3]")
+    async def factory():
+        async with VerifiedSaver.from_conn_string(f"s3://{bucket}/c{next(stores)}") as saver:
+            yield saver
+
+    report = await validate(factory)
+    failures = {n: r.failures for n, r in report.results.items() if not r.passed}
+    assert not failures, failures
+    assert {n for n, r in report.results.items() if r.detected} == {
+        c.value for c in ALL_CAPABILITIES
+    }
+    assert all(r.tests_passed > 0 for r in report.results.values())
+
+
+def test_records_are_the_same_verified_bytes_as_on_disk(s3_bucket, tmp_path):
+    endpoint, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(endpoint, bucket))
+    configs = put_chain(saver, 3)
+    keys = list(saver.storage.walk("threads"))
+    assert keys == sorted(keys) and len(keys) == 3
+    assert all(k.startswith("threads/t/ns/~/checkpoints/") for k in keys)
+    # the objects are where the docs say, under the store's prefix
+    listed = s3_client(endpoint).list_objects_v2(Bucket=bucket, Prefix="store/threads/")
+    assert sorted(o["Key"] for o in listed["Contents"]) == [f"store/{k}" for k in keys]
+    # copied to a files store record by record, they read back the same
+    files = VerifiedSaver(tmp_path / "copy", fsync=False)
+    for key in keys:
+        files.storage.write(key, saver.storage.read(key))
+    assert files.get_tuple(THREAD) == saver.get_tuple(THREAD)
+    assert saver.get_tuple(THREAD).config == configs[-1]
+
+
+# -- damage -----------------------------------------------------------------------------
+
+
+def test_an_object_overwritten_behind_the_saver_is_skipped_and_quarantined(s3_bucket):
+    endpoint, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(endpoint, bucket))
+    configs = put_chain(saver, 3)
+    newest = configs[-1]["configurable"]["checkpoint_id"]
+    key = _keys.checkpoint_key("t", "", newest)
+    client = s3_client(endpoint)
+    stored = client.get_object(Bucket=bucket, Key=f"store/{key}")["Body"].read()
+    damaged = bytearray(stored)
+    damaged[len(damaged) // 2] ^= 0x01
+    client.put_object(Bucket=bucket, Key=f"store/{key}", Body=bytes(damaged))
+
+    reader = VerifiedSaver(storage=s3_storage(endpoint, bucket))  # another machine
+    assert reader.get_tuple(THREAD).config == configs[-2]
+    assert reader.stats.damaged_records == 1
+    assert reader.stats.fallbacks == 1
+    # moved aside: a copy under quarantine/ (the exact bytes), the object deleted
+    assert reader.storage.read(key) is None
+    quarantined = [k for k in reader.storage.walk("quarantine") if k.endswith(".record")]
+    assert len(quarantined) == 1
+    assert reader.storage.read(quarantined[0]) == bytes(damaged)
+    report = reader.verify()
+    assert report.ok, report
+    # the writer that had it in memory sees the damage too: every read checks the bytes
+    assert saver.get_tuple(THREAD).config == configs[-2]
+
+
+def test_a_keyed_store_rejects_records_written_without_its_key(s3_bucket):
+    endpoint, bucket = s3_bucket
+    key = b"k" * 32
+    saver = VerifiedSaver(storage=s3_storage(endpoint, bucket), key=key)
+    configs = put_chain(saver, 2)
+    # a record made by a saver without the key, put where the newest one is
+    unkeyed = VerifiedSaver(storage=s3_storage(endpoint, bucket, prefix="other"))
+    forged = put_chain(unkeyed, 2)
+    forged_key = _keys.checkpoint_key("t", "", forged[-1]["configurable"]["checkpoint_id"])
+    newest_key = _keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
+    saver.storage.write(newest_key, unkeyed.storage.read(forged_key))
+    reader = VerifiedSaver(storage=s3_storage(endpoint, bucket), key=key)
+    assert reader.get_tuple(THREAD).config == configs[0]
+    assert reader.stats.damaged_records == 1
+
+
+# -- requests ---------------------------------------------------------------------------
+
+
+def test_requests_per_call(fault_proxy, s3_bucket):
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    configs = put_chain(saver, 2)  # the namespace's head is made with its first checkpoint
+    fault_proxy.clear_counts()
+
+    put_chain_from = configs[-1]
+    for n in range(3, 3 + 10):
+        put_chain_from = saver.put(
+            put_chain_from,
+            generate_checkpoint(
+                channel_values={"x": n, "log": list(range(n))},
+                channel_versions={"x": n, "log": n},
+            ),
+            generate_metadata(step=n),
+            {"x": n, "log": n},
+        )
+    # one PUT per put, and one HEAD of the parent (another machine may have rewritten it)
+    assert fault_proxy.counts["PUT"] == 10
+    assert fault_proxy.counts["HEAD"] == 10
+    assert fault_proxy.counts["GET"] == fault_proxy.counts["LIST"] == 0
+
+    fault_proxy.clear_counts()
+    saver.put_writes(put_chain_from, [("x", 1), ("log", 2)], "task")
+    assert fault_proxy.counts == {**dict.fromkeys(fault_proxy.counts, 0), "PUT": 1}
+
+    # the newest checkpoint, from a machine that has read nothing yet: the head, one
+    # LIST from the name it holds, the record and the records of its `log` list's
+    # chain (12 versions, each stored as what it gained), the pending writes (a LIST
+    # and the record)
+    reader = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    fault_proxy.clear_counts()
+    found = reader.get_tuple(THREAD)
+    assert found.config == put_chain_from
+    assert found.checkpoint["channel_values"]["log"] == list(range(12))
+    assert len(found.pending_writes) == 2
+    assert fault_proxy.counts == {
+        **dict.fromkeys(fault_proxy.counts, 0),
+        "LIST": 2,
+        "GET": 1 + 12 + 1,
+    }
+    # again, on the same machine: no head, no chain
+    fault_proxy.clear_counts()
+    assert reader.get_tuple(THREAD).config == put_chain_from
+    assert fault_proxy.counts == {**dict.fromkeys(fault_proxy.counts, 0), "LIST": 2, "GET": 2}
+
+
+def test_a_first_read_walks_a_bounded_chain(fault_proxy, s3_bucket):
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    limit = saver.storage.list_chain_limit
+    configs = put_chain(saver, 3 * limit + 5)
+    reader = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    fault_proxy.clear_counts()
+    found = reader.get_tuple(THREAD)
+    assert found.config == configs[-1]
+    assert found.checkpoint["channel_values"]["log"] == list(range(3 * limit + 5))
+    record_gets = fault_proxy.counts["GET"] - 2  # the head and the pending writes
+    assert 1 <= record_gets <= limit + 1
+
+
+def test_a_long_thread_is_never_listed_whole(fault_proxy, s3_bucket):
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    count = HEAD_EVERY * 3 + 5
+    configs = put_chain(saver, count)
+    reader = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    fault_proxy.clear_counts()
+    assert reader.get_tuple(THREAD).config == configs[-1]
+    lists = [r for r in fault_proxy.requests if r.method == "LIST"]
+    checkpoint_lists = [r for r in lists if "checkpoints" in r.query]
+    assert len(checkpoint_lists) == 1
+    assert "start-after" in checkpoint_lists[0].query
+
+
+# -- a store that fails -------------------------------------------------------------------
+
+
+def test_failed_requests_are_retried(fault_proxy, s3_bucket):
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(
+        storage=s3_storage(fault_proxy.endpoint, bucket, retry_config=FEW_RETRIES)
+    )
+    configs = put_chain(saver, 2)
+    fault_proxy.clear_counts()
+    fault_proxy.fail_next(2, status=503, method="PUT")
+    configs += put_chain(saver, 1, thread_id="u")
+    assert fault_proxy.counts["PUT"] >= 3
+    fault_proxy.drop_next(1, method="GET")
+    assert saver.get_tuple(THREAD).config == configs[1]
+    assert saver.stats.damaged_records == 0
+
+
+def test_a_write_whose_answer_was_lost_is_not_written_twice(fault_proxy, s3_bucket):
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(
+        storage=s3_storage(fault_proxy.endpoint, bucket, retry_config=FEW_RETRIES)
+    )
+    configs = put_chain(saver, 1)
+    # the server stores the record, the answer never arrives: the retry finds it there
+    # (If-None-Match fails) with the same bytes, which is success
+    fault_proxy.drop_answer_next(1, method="PUT")
+    configs += put_chain(saver, 1)
+    assert saver.get_tuple(THREAD).config == configs[-1]
+    fault_proxy.drop_answer_next(1, method="PUT")
+    saver.put_writes(configs[-1], [("x", "w")], "task")
+    found = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket)).get_tuple(THREAD)
+    assert found.pending_writes == [("task", "x", "w")]
+
+
+def test_a_store_that_does_not_answer_is_an_error_never_a_fallback(fault_proxy, s3_bucket):
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(
+        storage=s3_storage(fault_proxy.endpoint, bucket, retry_config=FEW_RETRIES)
+    )
+    configs = put_chain(saver, 3)
+    reader = VerifiedSaver(
+        storage=s3_storage(fault_proxy.endpoint, bucket, retry_config=FEW_RETRIES)
+    )
+    fault_proxy.fail_every(1, status=503)  # every request fails, retries included
+    with pytest.raises(StoreUnavailableError, match="did not answer"):
+        reader.get_tuple(THREAD)
+    with pytest.raises(StoreUnavailableError) as raised:
+        put_chain(saver, 1, thread_id="u")
+    assert raised.value.operation in ("read", "write")
+    fault_proxy.reset()
+    # nothing was taken for damage, nothing moved, and the newest is still the newest
+    assert reader.get_tuple(THREAD).config == configs[-1]
+    assert reader.stats.damaged_records == reader.stats.fallbacks == 0
+    assert not list(reader.storage.walk("quarantine"))
+
+
+def test_a_bucket_that_refuses_writes_is_a_write_error(s3_bucket, fault_proxy):
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    configs = put_chain(saver, 1)
+    fault_proxy.fail_next(5, status=403, method="PUT")
+    from langgraph_checkpoint_verified import StoreWriteError
+
+    with pytest.raises(StoreWriteError, match="permission denied"):
+        put_chain(saver, 1, thread_id="u")
+    assert saver.get_tuple(THREAD).config == configs[0]
+
+
+# -- many writers ---------------------------------------------------------------------------
+
+
+def test_four_processes_on_two_threads_lose_nothing(s3_bucket):
+    endpoint, bucket = s3_bucket
+    steps = 12
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.getcwd()])}
+    children = {
+        (thread_id, writer): subprocess.Popen(
+            [
+                sys.executable,
+                str(TESTS / "s3_writer_child.py"),
+                endpoint,
+                bucket,
+                thread_id,
+                writer,
+                str(steps),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for thread_id in ("a", "b")
+        for writer in ("w1", "w2")
+    }
+    acknowledged: dict[str, dict[str, list[str]]] = {"a": {}, "b": {}}
+    for (thread_id, _writer), child in children.items():
+        out, err = child.communicate()
+        assert child.returncode == 0, err
+        lines = out.splitlines()
+        assert len(lines) == steps, err
+        for line in lines:
+            checkpoint_id, log = line.split(" ", 1)
+            acknowledged[thread_id][checkpoint_id] = json.loads(log)
+
+    saver = VerifiedSaver(storage=s3_storage(endpoint, bucket, prefix="fleet"))
+    for thread_id, written in acknowledged.items():
+        assert len(written) == 2 * steps
+        for checkpoint_id, log in written.items():
+            config = {"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}
+            found = saver.get_tuple(config)
+            assert found.config["configurable"]["checkpoint_id"] == checkpoint_id
+            assert found.checkpoint["channel_values"]["log"] == log
+            writer = log[-1].split(":")[0]
+            assert found.pending_writes == [(f"task-{writer}", "log", f"pending {log[-1]}")]
+        listed = [
+            c.config["configurable"]["checkpoint_id"]
+            for c in saver.list({"configurable": {"thread_id": thread_id}})
+        ]
+        assert sorted(listed) == sorted(written)
+        newest = saver.get_tuple({"configurable": {"thread_id": thread_id}})
+        assert newest.config["configurable"]["checkpoint_id"] == max(written)
+    assert saver.verify().ok
+    assert saver.stats.damaged_records == 0

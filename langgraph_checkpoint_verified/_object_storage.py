@@ -116,9 +116,9 @@ class ObjectStorage(_OneRecordPerWrite):
         **options: More ``S3Store`` options (``client_options``,
             ``retry_config``, ``access_key_id``, ...).
 
-    Example:
-        >>> from langgraph_checkpoint_verified import VerifiedSaver  # doctest: +SKIP
-        >>> saver = VerifiedSaver("s3://agents/checkpoints")  # doctest: +SKIP
+    ``VerifiedSaver("s3://agents/checkpoints")`` makes one from the environment;
+    ``VerifiedSaver(storage=ObjectStorage("s3://agents/checkpoints",
+    endpoint="http://minio:9000"))`` names the endpoint (see ``docs/s3.md``).
     """
 
     def __init__(

@@ -27,7 +27,10 @@ reached after that, reads and writes raise ``StoreUnavailableError``: an
 unreachable store is never taken for a damaged or missing record, so a thread
 never falls back to an older checkpoint because the network failed.
 
-Locks are this process's: machines sharing a bucket are kept apart by the
+Called from the saver's async twins, every request goes through obstore's async
+API, awaited on the event loop (``_async_bridge``): many calls are in flight at
+once without a thread each. Locks are this process's (and give the event loop
+back while they wait): machines sharing a bucket are kept apart by the
 conditional writes above, not by locks (see ``docs/s3.md`` for what that means
 for maintenance).
 """
@@ -38,10 +41,16 @@ import builtins
 import errno
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
+from langgraph_checkpoint_verified import _async_bridge
+from langgraph_checkpoint_verified._async_bridge import (
+    SharedExclusiveLock,
+    await_io,
+    in_core_greenlet,
+)
 from langgraph_checkpoint_verified._storage import _OneRecordPerWrite
 from langgraph_checkpoint_verified.errors import StoreUnavailableError, StoreWriteError
 
@@ -60,6 +69,8 @@ except ImportError:  # pragma: no cover - the [s3] extra is not installed
 LIST_CHAIN_LIMIT = 16
 """A list stored as what it gained is stored whole again after this many versions: a
 machine reading it for the first time makes one request per version of the chain."""
+T = TypeVar("T")
+
 HEAD_EVERY = 64
 """A process moves a namespace's head forward once per this many checkpoints it writes."""
 HEADS_PREFIX = "heads"
@@ -71,36 +82,6 @@ _WRITTEN_STAMPS = 4096
 def _require_obstore() -> None:
     if obstore is None:
         raise ImportError("S3 stores need obstore: pip install 'langgraph-checkpoint-verified[s3]'")
-
-
-class _SharedExclusiveLock:
-    """Many holders at once, or one exclusive holder (this process only)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._shared = 0
-        self._exclusive = False
-
-    @contextmanager
-    def hold(self, *, exclusive: bool) -> Iterator[None]:
-        with self._cond:
-            if exclusive:
-                while self._exclusive or self._shared:
-                    self._cond.wait()
-                self._exclusive = True
-            else:
-                while self._exclusive:
-                    self._cond.wait()
-                self._shared += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                if exclusive:
-                    self._exclusive = False
-                else:
-                    self._shared -= 1
-                self._cond.notify_all()
 
 
 class ObjectStorage(_OneRecordPerWrite):
@@ -156,7 +137,10 @@ class ObjectStorage(_OneRecordPerWrite):
                 self.url += f"/{store.prefix}"
         self.store = store
         self.list_chain_limit = LIST_CHAIN_LIMIT
-        self._locks: dict[str, _SharedExclusiveLock] = {}
+        self.awaits_io = _async_bridge.AVAILABLE
+        """The saver's async twins run its core on the event loop, requests awaited
+        through obstore's async API (see ``_async_bridge``)."""
+        self._locks: dict[str, SharedExclusiveLock] = {}
         self._heads: dict[str, tuple[str | None, str]] = {}
         """checkpoints prefix -> (etag of its head object as last seen, the name it holds)."""
         self._newest: dict[str, str] = {}
@@ -171,10 +155,23 @@ class ObjectStorage(_OneRecordPerWrite):
     def _unavailable(self, operation: str, key: str, exc: Exception) -> StoreUnavailableError:
         return StoreUnavailableError(operation, self.location(key), exc)
 
+    def _io(self, call: Callable[[], T], async_call: Callable[[], Awaitable[T]]) -> T:
+        """One request: awaited on the event loop inside an async twin, else blocking."""
+        if in_core_greenlet():
+            return await_io(async_call())
+        return call()
+
     def _get(self, key: str) -> tuple[bytes, str | None] | None:
-        try:
+        def call() -> tuple[bytes, str | None]:
             result = obstore.get(self.store, key)
             return bytes(result.bytes()), result.meta.get("e_tag")
+
+        async def async_call() -> tuple[bytes, str | None]:
+            result = await obstore.get_async(self.store, key)
+            return bytes(await result.bytes_async()), result.meta.get("e_tag")
+
+        try:
+            return self._io(call, async_call)
         except (FileNotFoundError, NotFoundError):
             return None
         except Exception as exc:
@@ -183,7 +180,10 @@ class ObjectStorage(_OneRecordPerWrite):
     def _put(self, key: str, data: bytes, mode: Any) -> str | None:
         """PUT ``data``; its new etag. ``AlreadyExistsError``/``PreconditionError`` pass."""
         try:
-            result = obstore.put(self.store, key, data, mode=mode)
+            result = self._io(
+                lambda: obstore.put(self.store, key, data, mode=mode),
+                lambda: obstore.put_async(self.store, key, data, mode=mode),
+            )
         except (AlreadyExistsError, PreconditionError, FileExistsError):
             raise
         except (PermissionDeniedError, UnauthenticatedError, PermissionError) as exc:
@@ -194,6 +194,22 @@ class ObjectStorage(_OneRecordPerWrite):
             raise self._unavailable("write", key, exc) from exc
         etag: str | None = result.get("e_tag")
         return etag
+
+    def _list_keys(self, prefix: str | None, offset: str | None = None) -> builtins.list[str]:
+        """Every key under ``prefix`` (after ``offset``), in key order: one LIST a page."""
+
+        def call() -> builtins.list[str]:
+            stream = obstore.list(self.store, prefix, offset=offset)
+            return [meta["path"] for chunk in stream for meta in chunk]
+
+        async def async_call() -> builtins.list[str]:
+            stream = obstore.list(self.store, prefix, offset=offset)
+            return [meta["path"] async for chunk in stream for meta in chunk]
+
+        try:
+            return self._io(call, async_call)
+        except Exception as exc:
+            raise self._unavailable("list", prefix or "", exc) from exc
 
     # -- Storage -------------------------------------------------------------
 
@@ -235,7 +251,10 @@ class ObjectStorage(_OneRecordPerWrite):
     def list(self, prefix: str) -> builtins.list[str]:
         start = f"{prefix}/" if prefix else ""
         try:
-            result = obstore.list_with_delimiter(self.store, start or None)
+            result = self._io(
+                lambda: obstore.list_with_delimiter(self.store, start or None),
+                lambda: obstore.list_with_delimiter_async(self.store, start or None),
+            )
         except Exception as exc:
             raise self._unavailable("list", prefix, exc) from exc
         names = [p[len(start) :].rstrip("/") for p in result["common_prefixes"]]
@@ -245,46 +264,37 @@ class ObjectStorage(_OneRecordPerWrite):
         return names
 
     def walk(self, prefix: str) -> Iterator[str]:
-        start = f"{prefix}/" if prefix else ""
-        try:
-            keys = [
-                meta["path"] for chunk in obstore.list(self.store, start or None) for meta in chunk
-            ]
-        except Exception as exc:
-            raise self._unavailable("list", prefix, exc) from exc
         heads = f"{HEADS_PREFIX}/"
+        keys = self._list_keys(f"{prefix}/" if prefix else None)
         yield from sorted(k for k in keys if not k.startswith(heads))
 
     def delete(self, key: str) -> None:
         with self._state_lock:
             self._written.pop(key, None)
+        self._delete([key], key)
+
+    def _delete(self, keys: builtins.list[str], what: str) -> None:
         try:
-            obstore.delete(self.store, key)
+            self._io(
+                lambda: obstore.delete(self.store, keys),
+                lambda: obstore.delete_async(self.store, keys),
+            )
         except (FileNotFoundError, NotFoundError):
             pass
         except Exception as exc:
-            raise self._unavailable("delete", key, exc) from exc
+            raise self._unavailable("delete", what, exc) from exc
 
     def delete_tree(self, prefix: str) -> None:
         keys = builtins.list(self.walk(prefix))
         head_prefix = self._heads_prefix_of(prefix)
         if head_prefix is not None:
-            keys += self._keys_under(head_prefix)
+            keys += self._list_keys(f"{head_prefix}/")
         if keys:
-            try:
-                obstore.delete(self.store, keys)
-            except Exception as exc:
-                raise self._unavailable("delete", prefix, exc) from exc
+            self._delete(keys, prefix)
         with self._state_lock:
             for known in (self._heads, self._newest, self._since_head):
                 for checkpoints in [p for p in known if p.startswith(f"{prefix}/")]:
                     del known[checkpoints]
-
-    def _keys_under(self, prefix: str) -> builtins.list[str]:
-        try:
-            return [m["path"] for chunk in obstore.list(self.store, prefix) for m in chunk]
-        except Exception as exc:
-            raise self._unavailable("list", prefix, exc) from exc
 
     def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
         """Copy ``key`` to ``new_key``, then delete it (S3 has no rename)."""
@@ -302,7 +312,10 @@ class ObjectStorage(_OneRecordPerWrite):
     def stamp(self, key: str) -> Hashable | None:
         """The object's etag: one ``HEAD`` request (another machine may have rewritten it)."""
         try:
-            meta = obstore.head(self.store, key)
+            meta = self._io(
+                lambda: obstore.head(self.store, key),
+                lambda: obstore.head_async(self.store, key),
+            )
         except (FileNotFoundError, NotFoundError):
             return None
         except Exception as exc:
@@ -319,7 +332,7 @@ class ObjectStorage(_OneRecordPerWrite):
     @contextmanager
     def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
         with self._state_lock:
-            lock = self._locks.setdefault(prefix, _SharedExclusiveLock())
+            lock = self._locks.setdefault(prefix, SharedExclusiveLock())
         with lock.hold(exclusive=exclusive):
             yield
 
@@ -349,15 +362,7 @@ class ObjectStorage(_OneRecordPerWrite):
         """Names under ``prefix`` from ``name`` on (``name`` itself included if it exists)."""
         start = f"{prefix}/"
         # LIST returns keys after its offset: a key just short of `name` includes it
-        offset = f"{start}{name[:-1]}"
-        try:
-            keys = [
-                meta["path"]
-                for chunk in obstore.list(self.store, start, offset=offset)
-                for meta in chunk
-            ]
-        except Exception as exc:
-            raise self._unavailable("list", prefix, exc) from exc
+        keys = self._list_keys(start, offset=f"{start}{name[:-1]}")
         names = [k[len(start) :] for k in keys]
         return [n for n in names if "/" not in n and n >= name]
 

@@ -6,7 +6,8 @@ pending writes, threads and namespaces). It knows nothing about bytes (see
 
 Every operation is written once, synchronously. Each ``a*`` twin makes one
 crossing to a worker thread (``asyncio.to_thread``), so the event loop never
-waits on a disk.
+waits on a disk; on an object store it runs the same core on the event loop
+instead, each request awaited through the store's async API (``_async_bridge``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from langgraph_checkpoint_verified import (
     _marker,
     _tool_records,
 )
+from langgraph_checkpoint_verified._async_bridge import run_core
 from langgraph_checkpoint_verified._config import PARENT_UNKNOWN as _PARENT_UNKNOWN
 from langgraph_checkpoint_verified._config import Unusable as _Unusable
 from langgraph_checkpoint_verified._config import config as _config
@@ -1386,8 +1388,12 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
     # -- async twins ---------------------------------------------------------
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        # Every backend, memory included: serializing, compressing and hashing a
-        # large state is CPU work that would otherwise stall the event loop.
+        if getattr(self.storage, "awaits_io", False):
+            # a store reached over the network: the core runs on the event loop and
+            # awaits each request (``_async_bridge``), no thread per call
+            return await run_core(fn, *args, **kwargs)
+        # files and memory: serializing, compressing, hashing and the disk's syncs
+        # would otherwise stall the event loop
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -1402,7 +1408,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """Async twin of ``list``: items are produced in batches on a worker thread."""
+        """Async twin of ``list``: items are produced in batches (on a worker thread for
+        files and memory)."""
         iterator = self.list(config, filter=filter, before=before, limit=limit)
 
         def next_batch() -> builtins.list[CheckpointTuple]:

@@ -305,6 +305,12 @@ class FaultProxy:
         self._faults: list[_Fault] = []
         self._every: tuple[int, int, str | None] | None = None  # (k, status, method)
         self._every_seen = 0
+        self._gather = threading.Condition()
+        self._gathering: tuple[int, str] | None = None
+        self._guard = 120.0
+        self._arrived = 0
+        self.gathered = False
+        self.most_in_flight = 0
         self._counts = dict.fromkeys(OPERATIONS, 0)
         self._requests: list[ProxiedRequest] = []
         self._connections: set[socket.socket] = set()
@@ -359,6 +365,35 @@ class FaultProxy:
         with self._lock:
             self._every = (k, status, method) if k else None
             self._every_seen = 0
+
+    def gather_next(self, n: int, *, method: str, guard_seconds: float = 120) -> None:
+        """Hold each of the next ``n`` requests of operation ``method`` until all ``n``
+        have arrived, then forward them together: only a client with ``n`` requests
+        in flight at once gets past. ``gathered`` tells whether they met; if they
+        have not after ``guard_seconds`` (a last resort against a hung test, never
+        a measure), they go on one by one and ``gathered`` stays false."""
+        with self._gather:
+            self._gathering = (n, method)
+            self._guard = guard_seconds
+            self._arrived = 0
+            self.gathered = False
+            self.most_in_flight = 0
+
+    def _wait_for_the_others(self, op: str) -> None:
+        with self._gather:
+            if self._gathering is None or self._gathering[1] != op:
+                return
+            n = self._gathering[0]
+            self._arrived += 1
+            self.most_in_flight = max(self.most_in_flight, self._arrived)
+            if self._arrived >= n:
+                self.gathered = True
+                self._gathering = None
+                self._gather.notify_all()
+                return
+            if not self._gather.wait_for(lambda: self._gathering is None, self._guard):
+                self._gathering = None  # broken: let everyone through, gathered stays false
+                self._gather.notify_all()
 
     def reset(self) -> None:
         """Forget the faults, the counts and the recorded requests."""
@@ -508,6 +543,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             record(fault[1], True)
             self._answer_error(fault[1], parts.path)
             return
+        proxy._wait_for_the_others(op)
         try:
             status, reason, answer_headers, payload = self._forward(body)
         except (OSError, http.client.HTTPException):

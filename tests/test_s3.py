@@ -11,10 +11,12 @@ of being taken for a damaged one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -369,3 +371,91 @@ def test_four_processes_on_two_threads_lose_nothing(s3_bucket):
         assert newest.config["configurable"]["checkpoint_id"] == max(written)
     assert saver.verify().ok
     assert saver.stats.damaged_records == 0
+
+
+# -- async: requests awaited on the event loop, no thread per call ---------------------------
+
+
+def test_async_twins_await_requests_on_the_event_loop(fault_proxy, s3_bucket, monkeypatch):
+    import obstore
+
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+
+    def no_blocking_call(*args, **kwargs):
+        raise AssertionError("an async twin made a blocking request or crossed to a thread")
+
+    for name in ("get", "put", "head", "list_with_delimiter", "delete"):
+        monkeypatch.setattr(obstore, name, no_blocking_call)
+    monkeypatch.setattr(asyncio, "to_thread", no_blocking_call)
+    loop_threads = set()
+    get_async = obstore.get_async
+
+    async def watched_get(*args, **kwargs):
+        loop_threads.add(threading.get_ident())
+        return await get_async(*args, **kwargs)
+
+    monkeypatch.setattr(obstore, "get_async", watched_get)
+
+    async def main() -> list:
+        config: dict = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        for n in range(1, 4):
+            config = await saver.aput(
+                config,
+                generate_checkpoint(channel_values={"x": n}, channel_versions={"x": n}),
+                generate_metadata(step=n),
+                {"x": n},
+            )
+        await saver.aput_writes(config, [("x", "w")], "task")
+        newest = await saver.aget_tuple(THREAD)
+        listed = [c async for c in saver.alist(THREAD)]
+        await saver.adelete_thread("t")
+        assert await saver.aget_tuple(THREAD) is None
+        return [newest, listed, threading.get_ident()]
+
+    newest, listed, loop_thread = asyncio.run(main())
+    assert newest.checkpoint["channel_values"] == {"x": 3}
+    assert newest.pending_writes == [("task", "x", "w")]
+    assert len(listed) == 3
+    assert loop_threads == {loop_thread}
+    assert fault_proxy.counts["PUT"] >= 4 and fault_proxy.counts["GET"] >= 1
+
+
+def test_many_async_reads_are_in_flight_at_once(fault_proxy, s3_bucket):
+    """More reads at once than any default thread pool has threads (a pool of 6 on
+    two cores let 6 through): each starts with a GET, and the proxy lets none
+    through until all of them have arrived."""
+    _, bucket = s3_bucket
+    writer = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    count = 40
+    for n in range(count):
+        put_chain(writer, 1, thread_id=f"t{n}")
+    reader = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    fault_proxy.gather_next(count, method="GET")
+
+    async def main() -> list:
+        return await asyncio.gather(
+            *(reader.aget_tuple({"configurable": {"thread_id": f"t{n}"}}) for n in range(count))
+        )
+
+    found = asyncio.run(main())
+    assert fault_proxy.gathered, f"at most {fault_proxy.most_in_flight} in flight"
+    assert [f.config["configurable"]["thread_id"] for f in found] == [f"t{n}" for n in range(count)]
+
+
+def test_async_writes_of_one_task_at_once_all_land(s3_bucket):
+    """Adding to a task's writes is read, merge, rewrite under the thread's exclusive
+    lock: calls waiting for it give the event loop back to the one holding it."""
+    endpoint, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(endpoint, bucket))
+    (config,) = put_chain(saver, 1)
+    writes = [("x", f"w{n}") for n in range(20)]
+
+    async def main() -> None:
+        await asyncio.gather(
+            *(saver.aput_writes(config, writes[:k], "task") for k in range(1, len(writes) + 1))
+        )
+
+    asyncio.run(main())
+    found = VerifiedSaver(storage=s3_storage(endpoint, bucket)).get_tuple(config)
+    assert found.pending_writes == [("task", channel, value) for channel, value in writes]

@@ -1,0 +1,143 @@
+"""The saver's one synchronous core, run on an event loop with no thread in between.
+
+The async twins (``aget_tuple``, ``aput``...) of a saver on a store that can
+await its requests (an object store, through obstore's async API) run the
+synchronous core in a greenlet on the event loop's own thread. Each request the
+core makes hands its coroutine to the loop (``await_io``) and the core carries
+on when it is done; meanwhile the loop runs other tasks, other cores among them.
+SQLAlchemy's asyncio support runs its synchronous ORM over async drivers the
+same way. Nothing waits on a thread pool, so a server with many threads in
+flight is bounded by the store, not by a pool's size.
+
+Without the ``greenlet`` package (it comes with the ``[s3]`` extra) nothing
+here is used: the twins run the core in a worker thread, as for files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+try:
+    import greenlet
+except ImportError:  # pragma: no cover - the [s3] extra brings it
+    greenlet = None  # type: ignore[assignment]
+
+T = TypeVar("T")
+
+AVAILABLE = greenlet is not None
+
+
+if greenlet is not None:
+
+    class _CoreGreenlet(greenlet.greenlet):  # type: ignore[misc,name-defined]
+        """A greenlet running a synchronous core for a coroutine (its ``driver``)."""
+
+        def __init__(self, fn: Callable[..., Any], driver: Any) -> None:
+            super().__init__(fn, driver)
+            self.driver = driver
+
+
+def in_core_greenlet() -> bool:
+    """Whether the caller runs inside ``run_core``: requests may then be awaited."""
+    return greenlet is not None and isinstance(greenlet.getcurrent(), _CoreGreenlet)
+
+
+def await_io(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` on the event loop from inside ``run_core``; its result."""
+    current = greenlet.getcurrent()
+    assert isinstance(current, _CoreGreenlet), "await_io outside run_core"
+    return current.driver.switch(awaitable)  # type: ignore[no-any-return]
+
+
+async def run_core(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run the synchronous ``fn`` here, awaiting each request it hands to ``await_io``."""
+    core = _CoreGreenlet(fn, greenlet.getcurrent())
+    result = core.switch(*args, **kwargs)
+    while not core.dead:
+        try:
+            value = await result
+        except BaseException:
+            result = core.throw(*sys.exc_info())
+        else:
+            result = core.switch(value)
+    return result  # type: ignore[no-any-return]
+
+
+class _Wakeup:
+    """One waiter on a ``SharedExclusiveLock``: a future in a core, an event in a thread."""
+
+    def __init__(self) -> None:
+        if in_core_greenlet():
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            self._future: asyncio.Future[None] | None = self._loop.create_future()
+        else:
+            self._loop = self._future = None
+            self._event = threading.Event()
+
+    def wait(self) -> None:
+        if self._future is not None:
+            await_io(self._future)
+        else:
+            self._event.wait()
+
+    def set(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._resolve)
+        else:
+            self._event.set()
+
+    def _resolve(self) -> None:
+        assert self._future is not None
+        if not self._future.done():
+            self._future.set_result(None)
+
+
+class SharedExclusiveLock:
+    """Many holders at once, or one exclusive holder, in this process.
+
+    A core that must wait gives the event loop back (the holder it waits for
+    may be another core on the same thread); a thread that must wait blocks.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._shared = 0
+        self._exclusive = False
+        self._waiters: list[_Wakeup] = []
+
+    def _grant(self, exclusive: bool) -> bool:
+        if exclusive:
+            if self._exclusive or self._shared:
+                return False
+            self._exclusive = True
+        else:
+            if self._exclusive:
+                return False
+            self._shared += 1
+        return True
+
+    @contextmanager
+    def hold(self, *, exclusive: bool) -> Iterator[None]:
+        while True:
+            with self._mutex:
+                if self._grant(exclusive):
+                    break
+                wakeup = _Wakeup()
+                self._waiters.append(wakeup)
+            wakeup.wait()
+        try:
+            yield
+        finally:
+            with self._mutex:
+                if exclusive:
+                    self._exclusive = False
+                else:
+                    self._shared -= 1
+                waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                waiter.set()

@@ -38,6 +38,7 @@ for maintenance).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import errno
 import threading
 from collections import OrderedDict
@@ -63,8 +64,15 @@ try:
         PreconditionError,
         UnauthenticatedError,
     )
+
+    _REFUSED: tuple[type[BaseException], ...] = (
+        PermissionDeniedError,
+        UnauthenticatedError,
+        PermissionError,
+    )
 except ImportError:  # pragma: no cover - the [s3] extra is not installed
     obstore = None  # type: ignore[assignment]
+    _REFUSED = (PermissionError,)
 
 LIST_CHAIN_LIMIT = 16
 """A list stored as what it gained is stored whole again after this many versions: a
@@ -77,6 +85,12 @@ HEADS_PREFIX = "heads"
 _CHECKPOINTS = "/checkpoints"
 _CAS_ATTEMPTS = 32
 _WRITTEN_STAMPS = 4096
+
+
+def _refused(location: str, error: BaseException) -> StoreWriteError:
+    """A request the store refused (403, bad credentials): as a file system's EACCES, so a
+    store this process may only read is one, as on disk."""
+    return StoreWriteError(location, PermissionError(errno.EACCES, f"permission denied: {error}"))
 
 
 def _require_obstore() -> None:
@@ -186,10 +200,8 @@ class ObjectStorage(_OneRecordPerWrite):
             )
         except (AlreadyExistsError, PreconditionError, FileExistsError):
             raise
-        except (PermissionDeniedError, UnauthenticatedError, PermissionError) as exc:
-            raise StoreWriteError(
-                self.location(key), PermissionError(errno.EACCES, f"permission denied: {exc}")
-            ) from exc
+        except _REFUSED as exc:
+            raise _refused(self.location(key), exc) from exc
         except Exception as exc:
             raise self._unavailable("write", key, exc) from exc
         etag: str | None = result.get("e_tag")
@@ -281,6 +293,8 @@ class ObjectStorage(_OneRecordPerWrite):
             )
         except (FileNotFoundError, NotFoundError):
             pass
+        except _REFUSED as exc:
+            raise _refused(self.location(what), exc) from exc
         except Exception as exc:
             raise self._unavailable("delete", what, exc) from exc
 
@@ -297,13 +311,25 @@ class ObjectStorage(_OneRecordPerWrite):
                     del known[checkpoints]
 
     def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
-        """Copy ``key`` to ``new_key``, then delete it (S3 has no rename)."""
+        """Copy ``key`` to ``new_key``, then delete it (S3 has no rename).
+
+        Raises ``PermissionError`` (as a file system would) when the store refuses;
+        a copy whose original cannot be deleted is deleted again.
+        """
         found = self._get(key)
         if found is None:
             return False
-        if not self.write(new_key, found[0], replace=replace):
-            return False
-        self.delete(key)
+        try:
+            if not self.write(new_key, found[0], replace=replace):
+                return False
+            try:
+                self.delete(key)
+            except StoreWriteError:
+                with contextlib.suppress(StoreWriteError):
+                    self.delete(new_key)
+                raise
+        except StoreWriteError as exc:
+            raise PermissionError(exc.errno, str(exc)) from exc
         return True
 
     def location(self, key: str) -> str:

@@ -305,6 +305,7 @@ class FaultProxy:
         self._faults: list[_Fault] = []
         self._every: tuple[int, int, str | None] | None = None  # (k, status, method)
         self._every_seen = 0
+        self._refused: int | None = None
         self._gather = threading.Condition()
         self._gathering: tuple[int, str] | None = None
         self._guard = 120.0
@@ -366,6 +367,12 @@ class FaultProxy:
             self._every = (k, status, method) if k else None
             self._every_seen = 0
 
+    def refuse_writes(self, status: int = 403) -> None:
+        """Answer every write (PUT, POST, DELETE) with ``status`` from now on, as a
+        server does for credentials that may only read; ``reset()`` ends it."""
+        with self._lock:
+            self._refused = status
+
     def gather_next(self, n: int, *, method: str, guard_seconds: float = 120) -> None:
         """Hold each of the next ``n`` requests of operation ``method`` until all ``n``
         have arrived, then forward them together: only a client with ``n`` requests
@@ -399,6 +406,7 @@ class FaultProxy:
         """Forget the faults, the counts and the recorded requests."""
         with self._lock:
             self._faults.clear()
+            self._refused = None
             self._every = None
             self._every_seen = 0
         self.clear_counts()
@@ -451,6 +459,8 @@ class FaultProxy:
         """The fault for the next request of operation ``op``, if any: counts it."""
         with self._lock:
             self._counts[op] = self._counts.get(op, 0) + 1
+            if self._refused is not None and op in ("PUT", "POST", "DELETE"):
+                return "fail", self._refused
             every: int | None = None
             if self._every is not None:
                 k, status, method = self._every

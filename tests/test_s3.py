@@ -459,3 +459,33 @@ def test_async_writes_of_one_task_at_once_all_land(s3_bucket):
     asyncio.run(main())
     found = VerifiedSaver(storage=s3_storage(endpoint, bucket)).get_tuple(config)
     assert found.pending_writes == [("task", channel, value) for channel, value in writes]
+
+
+def test_damage_in_a_bucket_this_process_cannot_write_is_read_past_and_left(fault_proxy, s3_bucket):
+    endpoint, bucket = s3_bucket
+    writer = VerifiedSaver(storage=s3_storage(endpoint, bucket))
+    configs = put_chain(writer, 3)
+    key = _keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
+    damaged = bytearray(writer.storage.read(key))
+    damaged[len(damaged) // 2] ^= 0x01
+    writer.storage.write(key, bytes(damaged))
+    fault_proxy.refuse_writes(403)  # credentials that may read, not write
+    seen = []
+    reader = VerifiedSaver(
+        storage=s3_storage(fault_proxy.endpoint, bucket), on_corruption=seen.append
+    )
+    assert reader.get_tuple(THREAD).config == configs[-2]
+    assert reader.stats.damaged_records == 1
+    assert len(seen) == 1
+    assert writer.storage.read(key) == bytes(damaged)  # left where it was
+    report = reader.verify(repair=True)
+    assert report.read_only and not report.ok
+    assert writer.storage.read(key) == bytes(damaged)
+    assert not list(writer.storage.walk("quarantine"))
+    # with write access, repair moves it aside and the store verifies
+    fault_proxy.reset()
+    repaired = VerifiedSaver(storage=s3_storage(endpoint, bucket)).verify(repair=True)
+    assert [d.key for d in repaired.damaged] == [key]
+    assert repaired.damaged[0].quarantined_to.startswith("s3://")
+    assert writer.storage.read(key) is None
+    assert VerifiedSaver(storage=s3_storage(endpoint, bucket)).verify().ok

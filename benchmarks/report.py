@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from chat import (
     VERIFIED_FILES_ASYNC,
     VERIFIED_MEMORY,
 )
+from s3 import BASELINE_S3, METHODS, VERIFIED_S3
 
 HEADER = "| figure | VerifiedSaver | baseline | ratio |\n|---|---:|---:|---:|"
 PLOTS = {
@@ -331,6 +333,163 @@ def fsync_tables(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def count(value: float) -> str:
+    """A request count: whole, or a mean with two decimals."""
+    return f"{value:.0f}" if value == int(value) else f"{value:.2f}"
+
+
+def kb(value: float) -> str:
+    return f"{value / 1e3:.1f} KB"
+
+
+def requests_cell(counts: dict[str, float]) -> str:
+    """``4 (2 GET, 2 LIST)``: the requests of a call or step, by method."""
+    parts = ", ".join(f"{count(counts[m])} {m}" for m in METHODS if counts.get(m))
+    return f"{count(counts['all'])} ({parts})" if parts else "0"
+
+
+def s3_tables(results: dict[str, Any]) -> list[str]:
+    s3 = results["s3"]
+    lines = ["## 8. S3-compatible object storage", ""]
+    if "skipped" in s3:
+        return [*lines, f"Not measured: {s3['skipped']}.", ""]
+    chat, thread = s3["chat"], s3["thread"]
+    has_baseline = BASELINE_S3 in s3["savers"]
+    against = (
+        f"next to `S3CheckpointSaver` ({s3['baseline']}), both"
+        if has_baseline
+        else f"alone ({s3['baseline']})"
+    )
+    lines += [
+        f"`VerifiedSaver(storage=ObjectStorage('s3://bucket/prefix', endpoint=...))` "
+        f"{against} on one moto S3 server on 127.0.0.1 behind a proxy that counts every "
+        f"request, each saver in buckets of its own, taking turns step by step and call by "
+        f"call. Chat: {chat['steps']} `graph.invoke` steps of "
+        f"section 1's chat graph; requests per step are the mean over the steps, bytes "
+        f"uploaded those of the request bodies; `put` and `get_tuple` are each call the "
+        f"graph made; after each step a new saver, as on a new machine (its client made "
+        f"beforehand, not timed), reads the newest checkpoint. Long thread: chat-shaped "
+        f"checkpoints (a 20-message window) `put` one after the other; at each length, "
+        f"{thread['rounds']} rounds of `get_tuple` of the newest, from the saver that wrote "
+        f"them (open) and from a new saver: requests and time are the median, the time "
+        f"ratio the median of per-round ratios. A method missing from a cell was not used "
+        f"(neither saver deletes anything here). This section alone: "
+        f"`python benchmarks/run.py --only s3 --out DIR`.",
+        "",
+        "The request counts hold against any S3 endpoint. The times do not: moto is a "
+        "Python server on the loopback interface, with no network between it and the "
+        "savers, so a request costs what moto's code costs, where S3's cost a network "
+        "round trip each; take the time ratios as a rough guide only.",
+        "",
+        HEADER,
+    ]
+
+    def compared(
+        figure: str, verified: str, baseline: Callable[[], str], ratio: Callable[[], str]
+    ) -> str:
+        if not has_baseline:
+            return row(figure, verified, "not measured", "")
+        return row(figure, verified, f"{BASELINE_S3} {baseline()}", ratio())
+
+    def ratio_of(a: float, b: float) -> str:
+        return x(a / b) if b else ""
+
+    mine, theirs = chat[VERIFIED_S3], chat.get(BASELINE_S3, {})
+    ratios = chat.get("ratios", {})
+    lines += [
+        compared(
+            "requests per chat step (mean)",
+            requests_cell(mine["requests_per_step"]),
+            lambda: requests_cell(theirs["requests_per_step"]),
+            lambda: x(ratios["requests"]),
+        ),
+        compared(
+            "bytes uploaded per chat step (mean)",
+            kb(mine["requests_per_step"]["bytes_up"]),
+            lambda: kb(theirs["requests_per_step"]["bytes_up"]),
+            lambda: x(ratios["bytes_up"]),
+        ),
+        compared(
+            f"bytes uploaded per chat step, last {chat['last_steps']} steps (median)",
+            kb(mine["bytes_up_last_steps"]),
+            lambda: kb(theirs["bytes_up_last_steps"]),
+            lambda: ratio_of(mine["bytes_up_last_steps"], theirs["bytes_up_last_steps"]),
+        ),
+    ]
+    for key, title in (("step", "chat step, graph.invoke"), ("saver", "saver calls per step")):
+        lines.append(
+            compared(
+                f"{title} (median)",
+                ms(mine[f"{key}_ms"]),
+                lambda k=key: ms(theirs[f"{k}_ms"]),
+                lambda k=key: x(ratios[k]),
+            )
+        )
+    for call, title in (("put", "put"), ("get_tuple", "get_tuple, open saver")):
+        for pct in ("p50", "p99"):
+            lines.append(
+                compared(
+                    f"{title}, {pct} ({mine[call]['samples']:,} calls in the chat)",
+                    ms(mine[call][f"{pct}_ms"]),
+                    lambda c=call, p=pct: ms(theirs[c][f"{p}_ms"]),
+                    lambda c=call, p=pct: x(ratios[c][p]),
+                )
+            )
+    lines += [
+        compared(
+            "new saver + get_tuple after a chat step: requests (mean)",
+            requests_cell(mine["new_requests"]),
+            lambda: requests_cell(theirs["new_requests"]),
+            lambda: x(ratios["new_requests"]),
+        ),
+        compared(
+            "new saver + get_tuple after a chat step: requests (most)",
+            count(mine["new_requests_max"]),
+            lambda: count(theirs["new_requests_max"]),
+            lambda: ratio_of(mine["new_requests_max"], theirs["new_requests_max"]),
+        ),
+    ]
+    for pct in ("p50", "p99"):
+        lines.append(
+            compared(
+                f"new saver + get_tuple after a chat step, {pct}",
+                ms(mine["new"][f"{pct}_ms"]),
+                lambda p=pct: ms(theirs["new"][f"{p}_ms"]),
+                lambda p=pct: x(ratios["new"][p]),
+            )
+        )
+
+    puts = thread["put_requests"]
+    lines.append(
+        compared(
+            "requests per put, long thread (mean)",
+            requests_cell(puts[VERIFIED_S3]),
+            lambda: requests_cell(puts[BASELINE_S3]),
+            lambda: ratio_of(puts[VERIFIED_S3]["all"], puts[BASELINE_S3]["all"]),
+        )
+    )
+    for size in thread["sizes"]:
+        entry = thread["at_size"][str(size)]
+        mine, theirs = entry[VERIFIED_S3], entry.get(BASELINE_S3, {})
+        for kind, title in (("open", "open saver"), ("new", "new saver + get_tuple")):
+            lines += [
+                compared(
+                    f"newest of {size:,} checkpoints, {title}: requests",
+                    requests_cell(mine[f"{kind}_requests"]),
+                    lambda t=theirs, k=kind: requests_cell(t[f"{k}_requests"]),
+                    lambda e=entry, k=kind: x(e["ratios"][k]["requests"]),
+                ),
+                compared(
+                    f"newest of {size:,} checkpoints, {title}: time",
+                    ms(mine[f"{kind}_ms"]),
+                    lambda t=theirs, k=kind: ms(t[f"{k}_ms"]),
+                    lambda e=entry, k=kind: x(e["ratios"][k]["time"]),
+                ),
+            ]
+    lines.append("")
+    return lines
+
+
 def headline(results: dict[str, Any]) -> list[str]:
     lines = ["## Headline", "", HEADER]
     if "chat" in results:
@@ -416,21 +575,78 @@ def headline(results: dict[str, Any]) -> list[str]:
     if "chat" in results:
         fsyncs = results["chat"]["fsyncs"][VERIFIED_FILES]
         lines.append(row("fsyncs per step, files (mean)", f"{fsyncs['per_step_mean']:.2f}", "", ""))
+    if "savers" in results.get("s3", {}):
+        s3 = results["s3"]
+        has_baseline = BASELINE_S3 in s3["savers"]
+        chat = s3["chat"]
+        top = str(s3["thread"]["sizes"][-1])
+        entry = s3["thread"]["at_size"][top]
+        for figure, mine, theirs, ratio, shown in (
+            (
+                "S3: requests per chat step (mean)",
+                chat[VERIFIED_S3]["requests_per_step"]["all"],
+                chat.get(BASELINE_S3, {}).get("requests_per_step", {}).get("all"),
+                chat.get("ratios", {}).get("requests"),
+                count,
+            ),
+            (
+                "S3: bytes uploaded per chat step (mean)",
+                chat[VERIFIED_S3]["requests_per_step"]["bytes_up"],
+                chat.get(BASELINE_S3, {}).get("requests_per_step", {}).get("bytes_up"),
+                chat.get("ratios", {}).get("bytes_up"),
+                kb,
+            ),
+            (
+                "S3: new saver after a chat step, requests (mean)",
+                chat[VERIFIED_S3]["new_requests"]["all"],
+                chat.get(BASELINE_S3, {}).get("new_requests", {}).get("all"),
+                chat.get("ratios", {}).get("new_requests"),
+                count,
+            ),
+            (
+                f"S3: new saver, newest of {int(top):,} checkpoints, requests",
+                entry[VERIFIED_S3]["new_requests"]["all"],
+                entry.get(BASELINE_S3, {}).get("new_requests", {}).get("all"),
+                entry.get("ratios", {}).get("new", {}).get("requests"),
+                count,
+            ),
+            (
+                f"S3: new saver, newest of {int(top):,} checkpoints, time",
+                entry[VERIFIED_S3]["new_ms"],
+                entry.get(BASELINE_S3, {}).get("new_ms"),
+                entry.get("ratios", {}).get("new", {}).get("time"),
+                ms,
+            ),
+        ):
+            lines.append(
+                row(
+                    figure,
+                    shown(mine),
+                    f"{BASELINE_S3} {shown(theirs)}" if has_baseline else "",
+                    x(ratio) if has_baseline else "",
+                )
+            )
     lines.append("")
     return lines
 
 
 _PARTS = (
-    (headline, None, ""),
-    (chat_tables, "chat", "## 1. Per-step overhead in a chat graph"),
-    (disk_tables, "disk", "## 2. Bytes on disk after the chat"),
-    (history_tables, "history", "## 3. Reads on a long thread"),
-    (calls_tables, "calls", "## 4. Single calls: put, get_tuple, list, put of a 1 MB state"),
-    (cli_tables, "cli", "## 5. The console script"),
-    (recovery_tables, "recovery", "## 6. Recovery"),
-    (fsync_tables, "chat", "## 7. fsync calls per chat step"),
+    (headline, None, None, ""),
+    (chat_tables, "chat", "chat", "## 1. Per-step overhead in a chat graph"),
+    (disk_tables, "disk", "chat", "## 2. Bytes on disk after the chat"),
+    (history_tables, "history", "history", "## 3. Reads on a long thread"),
+    (
+        calls_tables,
+        "calls",
+        "calls",
+        "## 4. Single calls: put, get_tuple, list, put of a 1 MB state",
+    ),
+    (cli_tables, "cli", "cli", "## 5. The console script"),
+    (recovery_tables, "recovery", "history", "## 6. Recovery"),
+    (fsync_tables, "chat", "chat", "## 7. fsync calls per chat step"),
+    (s3_tables, "s3", "s3", "## 8. S3-compatible object storage"),
 )
-"""(renderer, the results key it needs, its title when that key is missing)."""
+"""(renderer, the results key it needs, the section that makes it, its title when missing)."""
 
 
 def markdown(results: dict[str, Any], plots: dict[str, str] | None, plot_note: str) -> str:
@@ -440,7 +656,7 @@ def markdown(results: dict[str, Any], plots: dict[str, str] | None, plot_note: s
         "# Benchmark results",
         "",
         f"Reproduce: `{results['command']}`"
-        + ("" if "--quick" in results["command"] else " (what `make bench` runs)")
+        + (" (what `make bench` runs)" if results["command"] == "python benchmarks/run.py" else "")
         + ". Method: [README.md](README.md).",
         "",
         f"* run: {results['started']}, {results['total_seconds']:.0f} s in all "
@@ -464,9 +680,12 @@ def markdown(results: dict[str, Any], plots: dict[str, str] | None, plot_note: s
         ]
     else:
         lines += [f"Plots not drawn: {plot_note}", ""]
-    for part, key, title in _PARTS:
+    not_run = results.get("not_run", [])
+    for part, key, section, title in _PARTS:
         if key is None or key in results:
             lines += part(results)
+        elif section in not_run:
+            continue  # left out on purpose (--only)
         else:
             lines += [title, "", "Not measured: the section failed (see the run's stderr).", ""]
     return "\n".join(lines)
@@ -486,6 +705,8 @@ _STYLE = {
 
 def plot(results: dict[str, Any], directory: Path) -> tuple[dict[str, str] | None, str]:
     """Draw the PNGs into ``directory``; (names, "") or (None, why not)."""
+    if "chat" in results.get("not_run", []):
+        return None, "the chat section was not run (--only)."
     if "chat" not in results or "disk" not in results:
         return None, "the chat section failed."
     try:

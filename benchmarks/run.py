@@ -5,6 +5,7 @@ Usage::
     python benchmarks/run.py                  # full run (make bench), ~8-10 minutes
     python benchmarks/run.py --quick          # smoke run, well under a minute
     python benchmarks/run.py --out DIR        # write DIR/results.md, DIR/results/*
+    python benchmarks/run.py --only s3 --out DIR   # one section (or several: --only s3,cli)
 
 Writes ``results.md`` (the tables, also printed on stdout), ``results/latest.json``
 (every figure and the settings) and the PNG plots in ``results/`` (if matplotlib is
@@ -41,6 +42,7 @@ from chat import chat_section  # noqa: E402
 from cli_bench import cli_section  # noqa: E402
 from ops import calls_section, history_section  # noqa: E402
 from report import markdown, plot  # noqa: E402
+from s3 import s3_section  # noqa: E402
 
 import langgraph_checkpoint_verified  # noqa: E402
 
@@ -63,6 +65,9 @@ class Settings:
     cli_turns: int
     export_turns: int  # export: one thread of this many turns
     cli_rounds: int
+    s3_chat_steps: int  # S3: graph.invoke steps of the chat, per saver
+    s3_thread_sizes: tuple[int, ...]  # S3: newest checkpoint read at these thread lengths
+    s3_get_rounds: int  # S3: get_tuple rounds (open saver, new saver) at each length
 
 
 FULL = Settings(
@@ -82,6 +87,10 @@ FULL = Settings(
     cli_turns=50,
     export_turns=200,
     cli_rounds=3,
+    s3_chat_steps=100,
+    # 2,000: past S3's 1,000 keys per LIST page, where listing a thread takes more requests
+    s3_thread_sizes=(100, 1000, 2000),
+    s3_get_rounds=5,
 )
 QUICK = Settings(
     chat_lengths=(10, 20, 40),
@@ -100,6 +109,9 @@ QUICK = Settings(
     cli_turns=10,
     export_turns=10,
     cli_rounds=1,
+    s3_chat_steps=6,
+    s3_thread_sizes=(10, 30),
+    s3_get_rounds=2,
 )
 
 
@@ -147,7 +159,11 @@ def sections(settings: Settings, workdir: Path) -> list[tuple[str, Callable[[], 
         ("history", lambda: history_section(settings, workdir / "history")),
         ("calls", lambda: calls_section(settings, workdir / "calls")),
         ("cli", lambda: cli_section(settings, workdir / "cli")),
+        ("s3", lambda: s3_section(settings, workdir / "s3")),
     ]
+
+
+SECTIONS = ("chat", "history", "calls", "cli", "s3")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +175,21 @@ def main(argv: list[str] | None = None) -> int:
         default=HERE,
         help="directory for results.md and results/ (default: benchmarks/)",
     )
+    parser.add_argument(
+        "--only",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        metavar="SECTION[,SECTION...]",
+        help=f"run only these sections (of {', '.join(SECTIONS)}); needs --out, so that "
+        "benchmarks/results.md is not replaced by a partial report",
+    )
     args = parser.parse_args(argv)
+    only = args.only
+    if only is not None:
+        unknown = sorted(set(only) - set(SECTIONS))
+        if unknown or not only:
+            parser.error(f"--only takes sections of {', '.join(SECTIONS)}, not {unknown or only}")
+        if args.out.resolve() == HERE:
+            parser.error("--only writes a partial report: give --out DIR")
     settings = QUICK if args.quick else FULL
     # Damage is logged as warnings; with no handler Python would print every one to
     # stderr, and the terminal's speed would become part of the recovery figures.
@@ -167,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
 
     sources_before = package_sources()
     results: dict[str, Any] = {
-        "command": "python benchmarks/run.py" + (" --quick" if args.quick else ""),
+        "command": "python benchmarks/run.py"
+        + (" --quick" if args.quick else "")
+        + (f" --only {','.join(only)} --out DIR" if only else ""),
         "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "code": code_state(),
         "settings": asdict(settings),
@@ -179,11 +211,14 @@ def main(argv: list[str] | None = None) -> int:
             "sqlite": sqlite3.sqlite_version,
         },
         "section_seconds": {},
+        "not_run": [name for name in SECTIONS if only and name not in only],
     }
     started = time.perf_counter()
     failed: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="verified-bench-") as temp:
         for name, run in sections(settings, Path(temp)):
+            if name in results["not_run"]:
+                continue
             log(f"running {name}...")
             section_started = time.perf_counter()
             try:

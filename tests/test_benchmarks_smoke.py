@@ -27,7 +27,7 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
     results = json.loads((tmp_path / "results" / "latest.json").read_text())
-    for section in ("chat", "disk", "history", "calls", "cli", "recovery"):
+    for section in ("chat", "disk", "history", "calls", "cli", "recovery", "s3"):
         assert section in results, section
     chat = results["chat"]
     assert set(chat["at_length"]) == {str(n) for n in results["settings"]["chat_lengths"]}
@@ -38,6 +38,20 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     # skipped (with its reason in the tables) if the store stops keeping a file per checkpoint
     assert "skipped" in recovery or set(recovery["cases"]) == {"0", "1", "10", "100"}
 
+    s3 = results["s3"]
+    # measured wherever the test extra's S3 server and the s3 extra are installed
+    if all(importlib.util.find_spec(m) for m in ("moto", "obstore")):
+        assert set(s3) >= {"savers", "baseline", "chat", "thread"}, s3.get("skipped")
+        saver = s3["savers"][0]
+        assert s3["chat"][saver]["requests_per_step"]["PUT"] > 0
+        assert s3["chat"][saver]["new_requests"]["all"] > 0
+        sizes = {str(n) for n in results["settings"]["s3_thread_sizes"]}
+        assert set(s3["thread"]["at_size"]) == sizes
+        if importlib.util.find_spec("langgraph_checkpoint_s3") is not None:
+            assert s3["savers"] == ["VerifiedSaver(s3://)", "S3CheckpointSaver"]
+    else:
+        assert "skipped" in s3
+
     table = (tmp_path / "results.md").read_text()
     for title in (
         "## 1.",
@@ -47,6 +61,7 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
         "## 5.",
         "## 6.",
         "## 7.",
+        "## 8.",
         "AsyncSqliteSaver",
     ):
         assert title in table, title

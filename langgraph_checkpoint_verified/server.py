@@ -18,7 +18,9 @@ Environment:
 
 * ``LANGGRAPH_VERIFIED_STORE``: the store directory, created if missing.
   Relative paths are relative to the server's working directory. Default:
-  ``.langgraph_verified``.
+  ``.langgraph_verified``. An ``s3://bucket/prefix`` URL names a bucket
+  several servers share (the ``[s3]`` extra; endpoint and credentials from
+  the ``AWS_*`` environment, see ``docs/s3.md``).
 * ``LANGGRAPH_VERIFIED_KEY_FILE``: optional; a file holding the store's secret
   key (16 to 64 raw bytes, as ``langgraph-verified --key-file`` reads it).
   Records are then checked with keyed MACs and records written without the key
@@ -85,7 +87,8 @@ def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> V
         StopIteration
     """
     env = os.environ if environ is None else environ
-    store = Path(env.get(STORE_ENV) or DEFAULT_STORE).expanduser().resolve()
+    named = env.get(STORE_ENV) or DEFAULT_STORE
+    store: str | Path = named if named.startswith("s3://") else Path(named).expanduser().resolve()
     key_file = env.get(KEY_FILE_ENV) or None
     key = None
     if key_file is not None:

@@ -489,3 +489,23 @@ def test_damage_in_a_bucket_this_process_cannot_write_is_read_past_and_left(faul
     assert repaired.damaged[0].quarantined_to.startswith("s3://")
     assert writer.storage.read(key) is None
     assert VerifiedSaver(storage=s3_storage(endpoint, bucket)).verify().ok
+
+
+def test_the_langgraph_server_factory_opens_a_bucket(s3_bucket, monkeypatch):
+    from langgraph_checkpoint_verified.server import STORE_ENV, checkpointer
+
+    endpoint, bucket = s3_bucket
+    for name, value in s3_env(endpoint).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(STORE_ENV, f"s3://{bucket}/server")
+
+    async def main() -> None:
+        async with checkpointer() as saver:
+            assert isinstance(saver.storage, ObjectStorage)
+            config: dict = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            checkpoint = generate_checkpoint(channel_values={"x": 1}, channel_versions={"x": 1})
+            await saver.aput(config, checkpoint, generate_metadata(step=1), {"x": 1})
+
+    asyncio.run(main())
+    stored = VerifiedSaver(storage=s3_storage(endpoint, bucket, prefix="server"))
+    assert stored.get_tuple(THREAD).checkpoint["channel_values"] == {"x": 1}

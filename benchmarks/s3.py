@@ -416,10 +416,6 @@ def s3_section(settings: Any, workdir: Path) -> dict[str, Any]:
         sys.path.insert(0, str(TESTS))
     import s3server
 
-    # The proxy sends an answer's headers and its body in two writes; with Nagle's
-    # algorithm on, the body then waits for the client's delayed ACK (40 ms on Linux),
-    # which would be most of the time of every GET and LIST measured here.
-    s3server._ProxyHandler.disable_nagle_algorithm = True
     baseline_class, baseline_serde, baseline_note = load_baseline()
     names = (VERIFIED_S3,) if baseline_class is None else (VERIFIED_S3, BASELINE_S3)
     server = s3server.MotoServer()

@@ -33,7 +33,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-Store = Annotated[str, typer.Argument(metavar="STORE", help="the store directory")]
+Store = Annotated[str, typer.Argument(metavar="STORE", help=cli.STORE_HELP)]
 KeyFile = Annotated[
     str | None,
     typer.Option(
@@ -234,7 +234,9 @@ def diff(
 @app.command()
 def migrate(
     source: Annotated[str, typer.Argument(metavar="SOURCE.sqlite")],
-    store: Annotated[str, typer.Argument(metavar="STORE", help="created if missing")],
+    store: Annotated[
+        str, typer.Argument(metavar="STORE", help=f"{cli.STORE_HELP} (created if missing)")
+    ],
     key_file: KeyFile = None,
 ) -> int:
     """Copy every thread of a SqliteSaver database into a store."""

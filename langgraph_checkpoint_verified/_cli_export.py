@@ -173,7 +173,7 @@ def export(
         )
         return cli.EXIT_OK
 
-    return cli._run_guarded(body)
+    return cli._run_guarded(body, store=store)
 
 
 def read_export(saver: VerifiedSaver, file: str) -> list[dict[str, Any]]:
@@ -229,15 +229,13 @@ def import_(
     """Restore an export into a store (created if missing); every line is checked first."""
 
     def body() -> int:
-        from pathlib import Path
-
-        if Path(store).exists():
+        if cli._store_exists(store):
             saver = open_store(store, key_file, quarantine=True)
             lines = read_export(saver, file)
         else:
             # every line is checked before the store is made: a refused import leaves nothing
             lines = read_export(VerifiedSaver.in_memory(), file)
-            saver = VerifiedSaver(store, key=cli._read_key(key_file))
+            saver = cli._create_or_open(store, key_file)
         stored: dict[tuple[str, str, str], Any] = {}
         counts = {"checkpoint": 0, "writes": 0, "tool_record": 0}
         with progress("importing") as bar:
@@ -272,7 +270,7 @@ def import_(
         )
         return cli.EXIT_OK
 
-    return cli._run_guarded(body)
+    return cli._run_guarded(body, store=store)
 
 
 def _put_writes(saver: VerifiedSaver, config: Any, line: dict[str, Any]) -> None:

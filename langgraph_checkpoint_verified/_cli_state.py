@@ -28,12 +28,13 @@ INTERRUPT = "__interrupt__"
 
 def open_store(store: str, key_file: str | None, *, quarantine: bool = False) -> VerifiedSaver:
     """An existing store; a missing path, a file or a non-store is a one-line error."""
-    with contextlib.suppress(OSError), open(store, "rb") as maybe_sqlite:
-        if maybe_sqlite.read(16) == b"SQLite format 3\x00":
-            raise cli.CommandError(
-                f"{store} is a SQLite database, not a store; `{cli.PROG} migrate {store} STORE` "
-                "copies a SqliteSaver database into one"
-            )
+    if not cli._is_object_store(store):
+        with contextlib.suppress(OSError), open(store, "rb") as maybe_sqlite:
+            if maybe_sqlite.read(16) == b"SQLite format 3\x00":
+                raise cli.CommandError(
+                    f"{store} is a SQLite database, not a store; "
+                    f"`{cli.PROG} migrate {store} STORE` copies a SqliteSaver database into one"
+                )
     return cli._open_existing(
         argparse.Namespace(store=store, key_file=key_file), quarantine=quarantine
     )
@@ -128,7 +129,7 @@ def threads(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> 
         out().print(grid)
         return cli.EXIT_OK
 
-    return cli._run_guarded(body)
+    return cli._run_guarded(body, store=store)
 
 
 # -- history ---------------------------------------------------------------------
@@ -262,7 +263,7 @@ def history(
         out().print(grid)
         return cli.EXIT_OK
 
-    return cli._run_guarded(body)
+    return cli._run_guarded(body, store=store)
 
 
 # -- show ------------------------------------------------------------------------
@@ -374,7 +375,7 @@ def show(
             )
         return cli.EXIT_OK
 
-    return cli._run_guarded(body)
+    return cli._run_guarded(body, store=store)
 
 
 # -- stats and prune ---------------------------------------------------------------
@@ -419,7 +420,7 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
         out().print(grid)
         return cli.EXIT_OK
 
-    return cli._run_guarded(body)
+    return cli._run_guarded(body, store=store)
 
 
 def _raw_size(data: bytes, zstandard: Any) -> int:
@@ -468,4 +469,4 @@ def prune(
             saver.prune(thread_ids, strategy=strategy)
         return cli.EXIT_OK
 
-    return cli._run_guarded(body)
+    return cli._run_guarded(body, store=store)

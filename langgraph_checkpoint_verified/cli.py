@@ -9,7 +9,12 @@ lines (``export``) and copy a ``SqliteSaver`` database into a store
 * ``0``: done, nothing wrong;
 * ``1``: the store (or the migrated copy) has damage;
 * ``2``: the command could not run (no such store, unknown thread, bad id,
-  bad arguments). One line on stderr says why.
+  bad arguments, an object store that does not answer). One line on stderr says why.
+
+A STORE is a directory or ``s3://bucket/prefix``: records in an S3-compatible
+bucket, reached as boto3 and the aws CLI reach it, through ``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION`` (and
+``AWS_ALLOW_HTTP=true`` for a plain-http endpoint).
 
 Commands that only read (``inspect``, ``verify``, ``diff``, ``export``) open the
 store with ``quarantine=False``: looking at a store never moves anything.
@@ -22,6 +27,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -32,8 +38,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, SerializerProtocol
 
 from langgraph_checkpoint_verified._marker import STORE_MARKER_KEY
+from langgraph_checkpoint_verified._object_storage import ObjectStorage
 from langgraph_checkpoint_verified._storage import QUARANTINE_PREFIX
-from langgraph_checkpoint_verified.errors import StoreKeyError, VerifiedSaverError
+from langgraph_checkpoint_verified.errors import (
+    StoreKeyError,
+    StoreUnavailableError,
+    StoreWriteError,
+    VerifiedSaverError,
+)
 from langgraph_checkpoint_verified.migrate import _copy_threads, _group_checkpoints, _TaskWrites
 from langgraph_checkpoint_verified.recovery import Damage, VerifyReport
 from langgraph_checkpoint_verified.saver import VerifiedSaver
@@ -42,6 +54,8 @@ PROG = "langgraph-verified"
 EXIT_OK = 0
 EXIT_DAMAGED = 1
 EXIT_ERROR = 2
+
+STORE_HELP = "the store: a directory, or s3://bucket/prefix (configured by AWS_* variables)"
 
 PROGRESS_MIN_RECORDS = 2000
 """Stores with at least this many records show verification progress on stderr."""
@@ -84,11 +98,14 @@ def legacy_main(argv: Sequence[str]) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the usage and why
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
-    return _run_guarded(lambda: args.run(args))
+    return _run_guarded(lambda: args.run(args), store=args.store)
 
 
-def _run_guarded(body: Callable[[], int]) -> int:
-    """Run a command: one line on stderr and exit 2 when it cannot run, never a traceback."""
+def _run_guarded(body: Callable[[], int], *, store: str | None = None) -> int:
+    """Run a command: one line on stderr and exit 2 when it cannot run, never a traceback.
+
+    ``store`` is the STORE argument, named by the error when an object store fails.
+    """
     library_logger = logging.getLogger("langgraph_checkpoint_verified")
     previous_level = library_logger.level
     # Damage is reported by the commands themselves, once and in order; the
@@ -102,9 +119,12 @@ def _run_guarded(body: Callable[[], int]) -> int:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except (StoreUnavailableError, StoreWriteError) as exc:
+        print(f"{PROG}: error: {_storage_failure(exc, store)}", file=sys.stderr)
+        return EXIT_ERROR
     except (CommandError, VerifiedSaverError, OSError, ValueError) as exc:
         # ValueError: e.g. a key file of the wrong length, refused by the saver
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {_first_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
@@ -131,7 +151,7 @@ def _build_parser() -> argparse.ArgumentParser:
         return sub
 
     def store_arg(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("store", metavar="STORE", help="the store directory")
+        sub.add_argument("store", metavar="STORE", help=STORE_HELP)
         sub.add_argument(
             "--key-file",
             metavar="FILE",
@@ -167,7 +187,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     sub = command("migrate", "copy every thread of a SqliteSaver database into a store", _migrate)
     sub.add_argument("source", metavar="SOURCE.sqlite", help="the SqliteSaver database file")
-    sub.add_argument("store", metavar="STORE", help="the store directory (created if missing)")
+    sub.add_argument("store", metavar="STORE", help=f"{STORE_HELP} (created if missing)")
     sub.add_argument(
         "--key-file", metavar="FILE", help="write the store with this secret key (raw bytes)"
     )
@@ -188,6 +208,18 @@ def _read_key(key_file: str | None) -> bytes | None:
 
 def _open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSaver:
     """Open a store that must already exist: a typo must not create an empty store."""
+    if _is_object_store(args.store):
+        storage = _object_storage(args.store)
+        # one LIST, before the saver reads or writes anything: a bucket that does not
+        # exist fails here, and a mistyped prefix is not taken for an empty store
+        names = set(storage.list(""))
+        if not names:
+            raise CommandError(f"no store at {args.store}: nothing is stored under that prefix")
+        if not names & {"threads", QUARANTINE_PREFIX, STORE_MARKER_KEY}:
+            raise CommandError(
+                f"{args.store} is not a store: it has neither threads/ nor {QUARANTINE_PREFIX}/"
+            )
+        return _open_saver(args, storage, quarantine=quarantine)
     path = Path(args.store)
     if not path.exists():
         raise CommandError(f"no store at {path}: the directory does not exist")
@@ -202,8 +234,17 @@ def _open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSav
         raise CommandError(
             f"{path} is not a store: it has neither threads/ nor {QUARANTINE_PREFIX}/"
         )
+    return _open_saver(args, path, quarantine=quarantine)
+
+
+def _open_saver(
+    args: argparse.Namespace, where: Path | ObjectStorage, *, quarantine: bool
+) -> VerifiedSaver:
+    key = _read_key(args.key_file)
     try:
-        return VerifiedSaver(path, key=_read_key(args.key_file), quarantine=quarantine)
+        if isinstance(where, ObjectStorage):
+            return VerifiedSaver(storage=where, key=key, quarantine=quarantine)
+        return VerifiedSaver(where, key=key, quarantine=quarantine)
     except StoreKeyError as exc:
         if exc.store_is_keyed and args.key_file is None:
             raise CommandError(
@@ -211,6 +252,102 @@ def _open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSav
                 f"(nothing was read or moved)"
             ) from None
         raise
+
+
+def _create_or_open(store: str, key_file: str | None) -> VerifiedSaver:
+    """A store to write into, created if missing (a bucket must exist: it is never made)."""
+    key = _read_key(key_file)
+    if _is_object_store(store):
+        return VerifiedSaver(storage=_object_storage(store), key=key)
+    return VerifiedSaver(Path(store), key=key)
+
+
+def _store_exists(store: str) -> bool:
+    """Whether ``store`` holds anything: a directory, or objects under an ``s3://`` prefix."""
+    if _is_object_store(store):
+        return bool(_object_storage(store).list(""))
+    return Path(store).exists()
+
+
+# -- object stores -------------------------------------------------------------
+
+OBJECT_STORE_SCHEME = "s3://"
+_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+"""Where the endpoint is read from, the first set one winning (as obstore reads them)."""
+_CREDENTIALS_ADVICE = "check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket's policy"
+
+# obstore's errors are one summary line, then a debug dump of the Rust error; what a
+# person acts on is scattered in them: the S3 error code of the answer, its status,
+# the retries, and for a request that got no answer, the socket's own words
+_S3_ERROR_CODE = re.compile(r"<Code>(\w+)</Code>")
+_HTTP_STATUS = re.compile(r"status code: (\d{3})")
+_RETRIES = re.compile(r"after (\d+) retries")
+_SOCKET_ERROR = re.compile(r'(?:message|error): "([^"]+)"')
+
+
+def _is_object_store(store: str) -> bool:
+    return store.startswith(OBJECT_STORE_SCHEME)
+
+
+def _object_storage(store: str) -> ObjectStorage:
+    """The bucket behind an ``s3://`` STORE, configured by the ``AWS_*`` environment
+    as boto3 and the aws CLI are; no request is made yet."""
+    try:
+        return ObjectStorage(store)
+    except ImportError:
+        raise CommandError(
+            f"{store} is in S3-compatible object storage, which needs obstore: "
+            "pip install 'langgraph-checkpoint-verified[s3]'"
+        ) from None
+    except Exception as exc:  # a malformed URL, or obstore refusing an AWS_* value
+        raise CommandError(f"cannot open {store}: {_first_line(exc)}") from None
+
+
+def _endpoint() -> str | None:
+    return next((os.environ[v] for v in _ENDPOINT_VARIABLES if os.environ.get(v)), None)
+
+
+def _storage_failure(exc: StoreUnavailableError | StoreWriteError, store: str | None) -> str:
+    """One line saying what went wrong with an object store and what to check."""
+    cause = str(exc.__cause__ or "")
+    if not exc.location.startswith(OBJECT_STORE_SCHEME):
+        return _first_line(exc)  # a file store's write error already says what to do
+    store = store if store and exc.location.startswith(store) else exc.location
+    key = exc.location[len(store) :].lstrip("/")
+    code = _S3_ERROR_CODE.search(cause)
+    status = _HTTP_STATUS.search(cause)
+    retries = _RETRIES.search(cause)
+    endpoint = _endpoint()
+    at = f" at {endpoint}" if endpoint else ""
+    answer = " ".join(m.group(1) for m in (status, code) if m)
+    operation = "write" if isinstance(exc, StoreWriteError) else exc.operation
+    request = f"{operation} {key}" if key else operation
+    after = f", after {retries.group(1)} retries" if retries else ""
+    if code and code.group(1) == "NoSuchBucket":
+        bucket = store[len(OBJECT_STORE_SCHEME) :].split("/", 1)[0]
+        return (
+            f"no bucket {bucket!r}{at} (store {store}): check the bucket's name, "
+            f"AWS_ENDPOINT_URL and AWS_REGION, or create the bucket"
+        )
+    if isinstance(exc, StoreWriteError) or (status and status.group(1) in ("401", "403")):
+        refusal = f" ({answer})" if answer else ""
+        return f"{store}{at} refused to {request}{refusal}: {_CREDENTIALS_ADVICE}"
+    if endpoint and endpoint.startswith("http://") and "BadScheme" in cause:
+        return (
+            f"cannot reach {store}: {endpoint} is plain http, which is refused unless "
+            f"AWS_ALLOW_HTTP=true"
+        )
+    if answer:  # answered, with an error every retry: the server's own trouble
+        return (
+            f"{store}{at} answered {answer} ({request}{after}): the store is failing or "
+            f"overloaded; retry later"
+        )
+    words = _SOCKET_ERROR.findall(cause)
+    reason = words[-1] if words else _first_line(cause).rsplit(" - ", 1)[-1]
+    return (
+        f"cannot reach {store}{at} ({reason}{after}): check AWS_ENDPOINT_URL, the network "
+        f"and the credentials, then retry"
+    )
 
 
 def _thread_or_fail(saver: VerifiedSaver, thread_id: str | None, store: str) -> str | None:
@@ -409,7 +546,7 @@ def _verify(args: argparse.Namespace) -> int:
         if report.needs_repair:
             where = f" --thread {thread_id}" if thread_id is not None else ""
             print(f"run `{PROG} repair {args.store}{where}` to move the damage to quarantine/")
-            if not os.access(args.store, os.W_OK):
+            if not _is_object_store(args.store) and not os.access(args.store, os.W_OK):
                 print(
                     f"note: {args.store} is read-only for this process: repair needs to write to it"
                 )
@@ -447,6 +584,11 @@ def _repair(args: argparse.Namespace) -> int:
         if u.quarantined_to and u.quarantined_to not in moved
     }
     if report.read_only and not moved and not checkpoints_moved and not report.rewritten:
+        if _is_object_store(args.store):
+            raise CommandError(
+                f"cannot repair {args.store}: the bucket refuses this process's writes, so "
+                f"nothing was moved; {_CREDENTIALS_ADVICE}, then run repair again"
+            )
         refusal = saver.reporter.read_only_error
         why = f" ({refusal.strerror})" if refusal is not None and refusal.strerror else ""
         raise CommandError(
@@ -477,9 +619,10 @@ def _repair(args: argparse.Namespace) -> int:
     print("what is left:")
     _print_report(saver, after)
     if report.read_only:
+        fix = _CREDENTIALS_ADVICE if _is_object_store(args.store) else "make them writable"
         print(
-            f"note: parts of {args.store} are read-only for this process: make them "
-            f"writable, then run repair again"
+            f"note: parts of {args.store} are read-only for this process: {fix}, then run "
+            f"repair again"
         )
     return EXIT_DAMAGED
 
@@ -733,9 +876,10 @@ def _migrate(args: argparse.Namespace) -> int:
     source = Path(args.source)
     if not source.is_file():
         raise CommandError(f"no SQLite database at {source}")
-    target = Path(args.store)
-    if target.exists() and not target.is_dir():
-        raise CommandError(f"{target} is not a store: a store is a directory")
+    if not _is_object_store(args.store):
+        target = Path(args.store)
+        if target.exists() and not target.is_dir():
+            raise CommandError(f"{target} is not a store: a store is a directory")
     # read-only: migrating must never change the database it copies from
     conn = sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True)
     try:
@@ -754,7 +898,7 @@ def _migrate(args: argparse.Namespace) -> int:
     finally:
         conn.close()
 
-    saver = VerifiedSaver(target, key=_read_key(args.key_file))
+    saver = _create_or_open(args.store, args.key_file)
     try:
         threads, checkpoints, writes = _copy_threads(groups, pending, saver)
     except ValueError as exc:
@@ -808,6 +952,12 @@ def _print_table(headers: list[str], rows: list[list[str]]) -> None:
     for row in [headers, *rows]:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
         print("  ".join(cells).rstrip())
+
+
+def _first_line(error: object) -> str:
+    """An error's message as one line: its first (a library's may hold a debug dump)."""
+    lines = str(error).strip().splitlines()
+    return lines[0].strip() if lines else repr(error)
 
 
 def _text(value: Any) -> str:

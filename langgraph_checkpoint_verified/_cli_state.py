@@ -453,6 +453,7 @@ def prune(
         saver = open_store(store, key_file, quarantine=not dry_run)
         for thread_id in thread_ids:
             need_thread(saver, thread_id, store)
+        outcomes = []
         for thread_id in thread_ids:
             found = list(saver.list(cli._thread_config(thread_id)))
             keep = set()
@@ -463,10 +464,11 @@ def prune(
                     newest[ns] = max(newest.get(ns, ""), cli._checkpoint_id(f))
                 keep = set(newest.values())
             drop = [f for f in found if cli._checkpoint_id(f) not in keep]
-            verb = "would drop" if dry_run else "dropped"
-            print(f"{verb} {len(drop)} checkpoint(s) of thread {thread_id!r}, kept {len(keep)}")
+            outcomes.append(f"{len(drop)} checkpoint(s) of thread {thread_id!r}, kept {len(keep)}")
         if not dry_run:
-            saver.prune(thread_ids, strategy=strategy)
+            saver.prune(thread_ids, strategy=strategy)  # before saying so: it may be refused
+        for outcome in outcomes:
+            print(f"{'would drop' if dry_run else 'dropped'} {outcome}")
         return cli.EXIT_OK
 
     return cli._run_guarded(body, store=store)

@@ -320,7 +320,8 @@ def _storage_failure(exc: StoreUnavailableError | StoreWriteError, store: str | 
     endpoint = _endpoint()
     at = f" at {endpoint}" if endpoint else ""
     answer = " ".join(m.group(1) for m in (status, code) if m)
-    operation = "write" if isinstance(exc, StoreWriteError) else exc.operation
+    # a write error may be a refused PUT or a refused DELETE
+    operation = "change" if isinstance(exc, StoreWriteError) else exc.operation
     request = f"{operation} {key}" if key else operation
     after = f", after {retries.group(1)} retries" if retries else ""
     if code and code.group(1) == "NoSuchBucket":

@@ -317,7 +317,8 @@ def test_a_bucket_that_refuses_writes_is_one_line_and_nothing_moves(
     before = objects(endpoint, name, f"{PREFIX}/")
     fault_proxy.refuse_writes(403)
 
-    line = one_line_error(cli("repair", store, AWS_ENDPOINT_URL=fault_proxy.endpoint))
+    proxied = fault_proxy.endpoint
+    line = one_line_error(cli("repair", store, AWS_ENDPOINT_URL=proxied))
     assert line == (
         f"langgraph-verified: error: cannot repair {store}: the bucket refuses this process's "
         f"writes, so nothing was moved; check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the "
@@ -325,14 +326,17 @@ def test_a_bucket_that_refuses_writes_is_one_line_and_nothing_moves(
     )
     assert fault_proxy.counts["PUT"] > 0
     assert objects(endpoint, name, f"{PREFIX}/") == before
+    for strategy in ("keep_latest", "delete"):
+        pruned = cli("prune", store, "alpha", "--strategy", strategy, AWS_ENDPOINT_URL=proxied)
+        line = one_line_error(pruned)  # nothing said dropped, since nothing was
+        assert line.startswith(f"langgraph-verified: error: {store} at {proxied} refused to change")
+        assert objects(endpoint, name, f"{PREFIX}/") == before
 
     exported = tmp_path / "threads.jsonl"
     assert cli("export", store, exported, "--thread", "alpha").returncode == 0
-    done = cli("import", f"s3://{name}/copy", exported, AWS_ENDPOINT_URL=fault_proxy.endpoint)
-    line = one_line_error(done)
+    line = one_line_error(cli("import", f"s3://{name}/copy", exported, AWS_ENDPOINT_URL=proxied))
     assert line.startswith(
-        f"langgraph-verified: error: s3://{name}/copy at {fault_proxy.endpoint} refused to "
-        f"write threads/alpha/"
+        f"langgraph-verified: error: s3://{name}/copy at {proxied} refused to change threads/alpha/"
     )
     assert line.endswith(
         "(403 AccessDenied): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket's policy"

@@ -1,7 +1,7 @@
 """Records as objects in an S3-compatible bucket: a store several machines share.
 
 One object per record, under the same keys as on disk (``threads/<T>/ns/<NS>/
-checkpoints/<id>.ckpt``, ``.../writes/<id>/<task>.<slot>.writes``, ``quarantine/...``),
+checkpoints/<id>.ckpt``, ``.../writes/<id>/<task>.<slot>.wr``, ``quarantine/...``),
 below the store's prefix in the bucket. The bytes are the same verified records
 as in a thread's log: the saver checks every one it reads, whoever wrote it.
 
@@ -90,7 +90,19 @@ _WRITTEN_STAMPS = 4096
 def _refused(location: str, error: BaseException) -> StoreWriteError:
     """A request the store refused (403, bad credentials): as a file system's EACCES, so a
     store this process may only read is one, as on disk."""
-    return StoreWriteError(location, PermissionError(errno.EACCES, f"permission denied: {error}"))
+    return StoreWriteError(
+        location,
+        PermissionError(
+            errno.EACCES,
+            f"permission denied by the store ({_first_line(error)}): check the "
+            "credentials and the bucket's policy",
+        ),
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    """obstore's message without the debug dump that follows its first line."""
+    return str(error).strip().split("\n", 1)[0]
 
 
 def _require_obstore() -> None:
@@ -167,7 +179,7 @@ class ObjectStorage(_OneRecordPerWrite):
     # -- requests ------------------------------------------------------------
 
     def _unavailable(self, operation: str, key: str, exc: Exception) -> StoreUnavailableError:
-        return StoreUnavailableError(operation, self.location(key), exc)
+        return StoreUnavailableError(operation, self.location(key), _first_line(exc))
 
     def _io(self, call: Callable[[], T], async_call: Callable[[], Awaitable[T]]) -> T:
         """One request: awaited on the event loop inside an async twin, else blocking."""
@@ -299,10 +311,7 @@ class ObjectStorage(_OneRecordPerWrite):
             raise self._unavailable("delete", what, exc) from exc
 
     def delete_tree(self, prefix: str) -> None:
-        keys = builtins.list(self.walk(prefix))
-        head_prefix = self._heads_prefix_of(prefix)
-        if head_prefix is not None:
-            keys += self._list_keys(f"{head_prefix}/")
+        keys = builtins.list(self.walk(prefix)) + self._heads_under(prefix)
         if keys:
             self._delete(keys, prefix)
         with self._state_lock:
@@ -392,14 +401,18 @@ class ObjectStorage(_OneRecordPerWrite):
         names = [k[len(start) :] for k in keys]
         return [n for n in names if "/" not in n and n >= name]
 
-    def _heads_prefix_of(self, prefix: str) -> str | None:
-        """The heads of the namespaces under a thread (or namespaces) ``prefix``."""
+    def _heads_under(self, prefix: str) -> builtins.list[str]:
+        """The head objects of the namespaces a ``delete_tree(prefix)`` removes entirely."""
         parts = prefix.split("/")
-        if len(parts) >= 2 and parts[0] == "threads":
-            return f"{HEADS_PREFIX}/{parts[1]}"
         if prefix in ("", "threads"):
-            return HEADS_PREFIX
-        return None
+            return self._list_keys(f"{HEADS_PREFIX}/")
+        if parts[0] != "threads" or len(parts) < 2:
+            return []
+        if len(parts) == 2 or parts[2:] == ["ns"]:  # a thread, or all its namespaces
+            return self._list_keys(f"{HEADS_PREFIX}/{parts[1]}/")
+        if len(parts) == 4 or parts[4:] == ["checkpoints"]:  # one namespace, or its checkpoints
+            return [self._head_key("/".join([*parts[:4], "checkpoints"]))]
+        return []  # writes or tool records: no head goes with them
 
     @staticmethod
     def _head_key(checkpoints_prefix: str) -> str:

@@ -115,7 +115,8 @@ class StoreWriteError(VerifiedSaverError):
 
 
 class StoreUnavailableError(VerifiedSaverError):
-    """The store could not be reached (an object store that did not answer, after retries).
+    """The store could not be used: an object store that did not answer (after retries),
+    or answered that the bucket is not there.
 
     Nothing was read or acknowledged: an unreachable store is never taken for
     a damaged or missing record, so no read falls back to an older checkpoint
@@ -126,13 +127,12 @@ class StoreUnavailableError(VerifiedSaverError):
         location: The record (or prefix) it was for.
     """
 
-    def __init__(self, operation: str, location: str, error: BaseException) -> None:
+    def __init__(self, operation: str, location: str, error: BaseException | str) -> None:
         self.operation = operation
         self.location = location
         super().__init__(
-            f"could not {operation} {location}: {error}. The store did not answer; nothing "
-            f"was read or saved by this call. Check the endpoint, network and credentials, "
-            f"then retry."
+            f"could not {operation} {location}: {error}. Nothing was read or saved by this "
+            f"call: check the endpoint, the bucket, the network and the credentials, then retry."
         )
 
 

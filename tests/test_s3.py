@@ -292,7 +292,7 @@ def test_a_store_that_does_not_answer_is_an_error_never_a_fallback(fault_proxy, 
         storage=s3_storage(fault_proxy.endpoint, bucket, retry_config=FEW_RETRIES)
     )
     fault_proxy.fail_every(1, status=503)  # every request fails, retries included
-    with pytest.raises(StoreUnavailableError, match="did not answer"):
+    with pytest.raises(StoreUnavailableError, match="Nothing was read or saved"):
         reader.get_tuple(THREAD)
     with pytest.raises(StoreUnavailableError) as raised:
         put_chain(saver, 1, thread_id="u")
@@ -509,3 +509,30 @@ def test_the_langgraph_server_factory_opens_a_bucket(s3_bucket, monkeypatch):
     asyncio.run(main())
     stored = VerifiedSaver(storage=s3_storage(endpoint, bucket, prefix="server"))
     assert stored.get_tuple(THREAD).checkpoint["channel_values"] == {"x": 1}
+
+
+def test_maintenance_keeps_the_heads_of_what_it_keeps(fault_proxy, s3_bucket):
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    configs = put_chain(saver, 5)
+    put_chain(saver, 3, thread_id="other")
+    for config in configs:
+        saver.put_writes(config, [("x", "w")], "task")
+    heads = sorted(k for k in s3_keys(fault_proxy.endpoint, bucket) if "/heads/" in k)
+    assert heads == ["store/heads/other/~.head", "store/heads/t/~.head"]
+
+    saver.prune(["t"], strategy="keep_latest")  # deletes writes of the checkpoints it drops
+    assert sorted(k for k in s3_keys(fault_proxy.endpoint, bucket) if "/heads/" in k) == heads
+    reader = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    fault_proxy.clear_counts()
+    assert reader.get_tuple(THREAD).config == configs[-1]
+    lists = [r for r in fault_proxy.requests if r.method == "LIST" and "checkpoints" in r.query]
+    assert len(lists) == 1 and "start-after" in lists[0].query  # from the head, not a listing
+
+    saver.delete_thread("t")
+    assert [k for k in s3_keys(fault_proxy.endpoint, bucket) if "/heads/" in k] == [heads[0]]
+
+
+def s3_keys(endpoint: str, bucket: str) -> list[str]:
+    listed = s3_client(endpoint).list_objects_v2(Bucket=bucket)
+    return [o["Key"] for o in listed.get("Contents", [])]

@@ -64,16 +64,20 @@ def ask(state: Approval) -> dict[str, Any]:
     return {"answer": interrupt({"question": f"approve {state['request']}?"})}
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("console") / "store"
-    saver = VerifiedSaver(path)
+def fill_store(saver: VerifiedSaver) -> None:
+    """The echo chat's threads alpha and beta, and a thread waiting at an interrupt."""
     run_conversations(build_graph(saver))
     builder = StateGraph(Approval)
     builder.add_node("ask", ask)
     builder.add_edge(START, "ask")
     builder.add_edge("ask", END)
     builder.compile(checkpointer=saver).invoke({"request": "refund"}, config("waiting"))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("console") / "store"
+    fill_store(VerifiedSaver(path))
     return path
 
 

@@ -20,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from echo_graph import build_graph
-from langgraph.graph import END, START, StateGraph
 from s3server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, s3_client
 from test_cli import config, run_conversations, sqlite_db  # noqa: F401 (a fixture)
-from test_cli_console import Approval, ask
+from test_cli_console import fill_store
 
 from langgraph_checkpoint_verified import VerifiedSaver, _keys
 
@@ -93,13 +91,7 @@ def store(bucket: tuple[str, str]) -> str:
     """``s3://<bucket>/store``: the echo chat's threads alpha and beta, and a thread
     waiting at an interrupt."""
     url = f"s3://{bucket[1]}/{PREFIX}"
-    saver = VerifiedSaver(url)
-    run_conversations(build_graph(saver))
-    builder = StateGraph(Approval)
-    builder.add_node("ask", ask)
-    builder.add_edge(START, "ask")
-    builder.add_edge("ask", END)
-    builder.compile(checkpointer=saver).invoke({"request": "refund"}, config("waiting"))
+    fill_store(VerifiedSaver(url))
     return url
 
 

@@ -55,19 +55,23 @@ def s3_storage(endpoint: str, bucket: str, prefix: str = "store", **options) -> 
     )
 
 
+def put_step(saver: VerifiedSaver, parent: dict, n: int) -> dict:
+    """The ``n``-th checkpoint of a chain: ``x`` is ``n``, the list ``log`` grows by one."""
+    return saver.put(
+        parent,
+        generate_checkpoint(
+            channel_values={"x": n, "log": list(range(n))}, channel_versions={"x": n, "log": n}
+        ),
+        generate_metadata(step=n),
+        {"x": n, "log": n},
+    )
+
+
 def put_chain(saver: VerifiedSaver, count: int, thread_id: str = "t") -> list[dict]:
     config: dict = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
     configs = []
     for n in range(1, count + 1):
-        config = saver.put(
-            config,
-            generate_checkpoint(
-                channel_values={"x": n, "log": list(range(n))},
-                channel_versions={"x": n, "log": n},
-            ),
-            generate_metadata(step=n),
-            {"x": n, "log": n},
-        )
+        config = put_step(saver, config, n)
         configs.append(config)
     return configs
 
@@ -180,15 +184,7 @@ def test_requests_per_call(fault_proxy, s3_bucket):
 
     put_chain_from = configs[-1]
     for n in range(3, 3 + 10):
-        put_chain_from = saver.put(
-            put_chain_from,
-            generate_checkpoint(
-                channel_values={"x": n, "log": list(range(n))},
-                channel_versions={"x": n, "log": n},
-            ),
-            generate_metadata(step=n),
-            {"x": n, "log": n},
-        )
+        put_chain_from = put_step(saver, put_chain_from, n)
     # one PUT per put, and one HEAD of the parent (another machine may have rewritten it)
     assert fault_proxy.counts["PUT"] == 10
     assert fault_proxy.counts["HEAD"] == 10

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
-from langgraph_checkpoint_verified import _keys, cli
+from langgraph_checkpoint_verified import _cli_store, _keys, cli
 from langgraph_checkpoint_verified._cli_app import KeyFile, Store, app, progress
 from langgraph_checkpoint_verified._cli_state import need_thread, open_store
 from langgraph_checkpoint_verified.saver import VerifiedSaver
@@ -229,13 +229,13 @@ def import_(
     """Restore an export into a store (created if missing); every line is checked first."""
 
     def body() -> int:
-        if cli._store_exists(store):
+        if _cli_store.store_exists(store):
             saver = open_store(store, key_file, quarantine=True)
             lines = read_export(saver, file)
         else:
             # every line is checked before the store is made: a refused import leaves nothing
             lines = read_export(VerifiedSaver.in_memory(), file)
-            saver = cli._create_or_open(store, key_file)
+            saver = _cli_store.create_or_open(store, key_file)
         stored: dict[tuple[str, str, str], Any] = {}
         counts = {"checkpoint": 0, "writes": 0, "tool_record": 0}
         with progress("importing") as bar:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from langgraph_checkpoint_verified import _keys, cli
+from langgraph_checkpoint_verified import _cli_store, _keys, cli
 from langgraph_checkpoint_verified._cli_app import (
     AsJson,
     KeyFile,
@@ -28,14 +28,14 @@ INTERRUPT = "__interrupt__"
 
 def open_store(store: str, key_file: str | None, *, quarantine: bool = False) -> VerifiedSaver:
     """An existing store; a missing path, a file or a non-store is a one-line error."""
-    if not cli._is_object_store(store):
+    if not _cli_store.is_object_store(store):
         with contextlib.suppress(OSError), open(store, "rb") as maybe_sqlite:
             if maybe_sqlite.read(16) == b"SQLite format 3\x00":
                 raise cli.CommandError(
                     f"{store} is a SQLite database, not a store; "
                     f"`{cli.PROG} migrate {store} STORE` copies a SqliteSaver database into one"
                 )
-    return cli._open_existing(
+    return _cli_store.open_existing(
         argparse.Namespace(store=store, key_file=key_file), quarantine=quarantine
     )
 

@@ -27,7 +27,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -37,11 +36,18 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, SerializerProtocol
 
-from langgraph_checkpoint_verified._marker import STORE_MARKER_KEY
-from langgraph_checkpoint_verified._object_storage import ObjectStorage
+from langgraph_checkpoint_verified._cli_store import (
+    CREDENTIALS_ADVICE,
+    STORE_HELP,
+    CommandError,
+    create_or_open,
+    first_line,
+    is_object_store,
+    open_existing,
+    storage_failure,
+)
 from langgraph_checkpoint_verified._storage import QUARANTINE_PREFIX
 from langgraph_checkpoint_verified.errors import (
-    StoreKeyError,
     StoreUnavailableError,
     StoreWriteError,
     VerifiedSaverError,
@@ -55,18 +61,12 @@ EXIT_OK = 0
 EXIT_DAMAGED = 1
 EXIT_ERROR = 2
 
-STORE_HELP = "the store: a directory, or s3://bucket/prefix (configured by AWS_* variables)"
-
 PROGRESS_MIN_RECORDS = 2000
 """Stores with at least this many records show verification progress on stderr."""
 
 _KEYED_REASON = "record was written with a key and no key was given"
 _MISSING_REASON = "missing:"  # verify's reason for a record that is gone, not damaged in place
 _VALUE_WIDTH = 100
-
-
-class CommandError(Exception):
-    """A command cannot run; the message is printed as one line and the exit code is 2."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,11 +120,11 @@ def _run_guarded(body: Callable[[], int], *, store: str | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except (StoreUnavailableError, StoreWriteError) as exc:
-        print(f"{PROG}: error: {_storage_failure(exc, store)}", file=sys.stderr)
+        print(f"{PROG}: error: {storage_failure(exc, store)}", file=sys.stderr)
         return EXIT_ERROR
     except (CommandError, VerifiedSaverError, OSError, ValueError) as exc:
         # ValueError: e.g. a key file of the wrong length, refused by the saver
-        print(f"{PROG}: error: {_first_line(exc)}", file=sys.stderr)
+        print(f"{PROG}: error: {first_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
@@ -194,163 +194,6 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# -- opening stores ------------------------------------------------------------
-
-
-def _read_key(key_file: str | None) -> bytes | None:
-    if key_file is None:
-        return None
-    try:
-        return Path(key_file).read_bytes()
-    except OSError as exc:
-        raise CommandError(f"cannot read key file {key_file}: {exc.strerror or exc}") from None
-
-
-def _open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSaver:
-    """Open a store that must already exist: a typo must not create an empty store."""
-    if _is_object_store(args.store):
-        storage = _object_storage(args.store)
-        # one LIST, before the saver reads or writes anything: a bucket that does not
-        # exist fails here, and a mistyped prefix is not taken for an empty store
-        names = set(storage.list(""))
-        if not names:
-            raise CommandError(f"no store at {args.store}: nothing is stored under that prefix")
-        if not names & {"threads", QUARANTINE_PREFIX, STORE_MARKER_KEY}:
-            raise CommandError(
-                f"{args.store} is not a store: it has neither threads/ nor {QUARANTINE_PREFIX}/"
-            )
-        return _open_saver(args, storage, quarantine=quarantine)
-    path = Path(args.store)
-    if not path.exists():
-        raise CommandError(f"no store at {path}: the directory does not exist")
-    if not path.is_dir():
-        raise CommandError(f"{path} is not a store: a store is a directory")
-    looks_like_store = (
-        (path / "threads").is_dir()
-        or (path / QUARANTINE_PREFIX).is_dir()
-        or (path / STORE_MARKER_KEY).is_file()
-    )
-    if not looks_like_store and any(path.iterdir()):
-        raise CommandError(
-            f"{path} is not a store: it has neither threads/ nor {QUARANTINE_PREFIX}/"
-        )
-    return _open_saver(args, path, quarantine=quarantine)
-
-
-def _open_saver(
-    args: argparse.Namespace, where: Path | ObjectStorage, *, quarantine: bool
-) -> VerifiedSaver:
-    key = _read_key(args.key_file)
-    try:
-        if isinstance(where, ObjectStorage):
-            return VerifiedSaver(storage=where, key=key, quarantine=quarantine)
-        return VerifiedSaver(where, key=key, quarantine=quarantine)
-    except StoreKeyError as exc:
-        if exc.store_is_keyed and args.key_file is None:
-            raise CommandError(
-                f"{args.store} was written with a secret key; pass --key-file FILE "
-                f"(nothing was read or moved)"
-            ) from None
-        raise
-
-
-def _create_or_open(store: str, key_file: str | None) -> VerifiedSaver:
-    """A store to write into, created if missing (a bucket must exist: it is never made)."""
-    key = _read_key(key_file)
-    if _is_object_store(store):
-        return VerifiedSaver(storage=_object_storage(store), key=key)
-    return VerifiedSaver(Path(store), key=key)
-
-
-def _store_exists(store: str) -> bool:
-    """Whether ``store`` holds anything: a directory, or objects under an ``s3://`` prefix."""
-    if _is_object_store(store):
-        return bool(_object_storage(store).list(""))
-    return Path(store).exists()
-
-
-# -- object stores -------------------------------------------------------------
-
-OBJECT_STORE_SCHEME = "s3://"
-_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
-"""Where the endpoint is read from, the first set one winning (as obstore reads them)."""
-_CREDENTIALS_ADVICE = "check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket's policy"
-
-# obstore's errors are one summary line, then a debug dump of the Rust error; what a
-# person acts on is scattered in them: the S3 error code of the answer, its status,
-# the retries, and for a request that got no answer, the socket's own words
-_S3_ERROR_CODE = re.compile(r"<Code>(\w+)</Code>")
-_HTTP_STATUS = re.compile(r"status code: (\d{3})")
-_RETRIES = re.compile(r"after (\d+) retries")
-_SOCKET_ERROR = re.compile(r'(?:message|error): "([^"]+)"')
-
-
-def _is_object_store(store: str) -> bool:
-    return store.startswith(OBJECT_STORE_SCHEME)
-
-
-def _object_storage(store: str) -> ObjectStorage:
-    """The bucket behind an ``s3://`` STORE, configured by the ``AWS_*`` environment
-    as boto3 and the aws CLI are; no request is made yet."""
-    try:
-        return ObjectStorage(store)
-    except ImportError:
-        raise CommandError(
-            f"{store} is in S3-compatible object storage, which needs obstore: "
-            "pip install 'langgraph-checkpoint-verified[s3]'"
-        ) from None
-    except Exception as exc:  # a malformed URL, or obstore refusing an AWS_* value
-        raise CommandError(f"cannot open {store}: {_first_line(exc)}") from None
-
-
-def _endpoint() -> str | None:
-    return next((os.environ[v] for v in _ENDPOINT_VARIABLES if os.environ.get(v)), None)
-
-
-def _storage_failure(exc: StoreUnavailableError | StoreWriteError, store: str | None) -> str:
-    """One line saying what went wrong with an object store and what to check."""
-    cause = str(exc.__cause__ or "")
-    if not exc.location.startswith(OBJECT_STORE_SCHEME):
-        return _first_line(exc)  # a file store's write error already says what to do
-    store = store if store and exc.location.startswith(store) else exc.location
-    key = exc.location[len(store) :].lstrip("/")
-    code = _S3_ERROR_CODE.search(cause)
-    status = _HTTP_STATUS.search(cause)
-    retries = _RETRIES.search(cause)
-    endpoint = _endpoint()
-    at = f" at {endpoint}" if endpoint else ""
-    answer = " ".join(m.group(1) for m in (status, code) if m)
-    # a write error may be a refused PUT or a refused DELETE
-    operation = "change" if isinstance(exc, StoreWriteError) else exc.operation
-    request = f"{operation} {key}" if key else operation
-    after = f", after {retries.group(1)} retries" if retries else ""
-    if code and code.group(1) == "NoSuchBucket":
-        bucket = store[len(OBJECT_STORE_SCHEME) :].split("/", 1)[0]
-        return (
-            f"no bucket {bucket!r}{at} (store {store}): check the bucket's name, "
-            f"AWS_ENDPOINT_URL and AWS_REGION, or create the bucket"
-        )
-    if isinstance(exc, StoreWriteError) or (status and status.group(1) in ("401", "403")):
-        refusal = f" ({answer})" if answer else ""
-        return f"{store}{at} refused to {request}{refusal}: {_CREDENTIALS_ADVICE}"
-    if endpoint and endpoint.startswith("http://") and "BadScheme" in cause:
-        return (
-            f"cannot reach {store}: {endpoint} is plain http, which is refused unless "
-            f"AWS_ALLOW_HTTP=true"
-        )
-    if answer:  # answered, with an error every retry: the server's own trouble
-        return (
-            f"{store}{at} answered {answer} ({request}{after}): the store is failing or "
-            f"overloaded; retry later"
-        )
-    words = _SOCKET_ERROR.findall(cause)
-    reason = words[-1] if words else _first_line(cause).rsplit(" - ", 1)[-1]
-    return (
-        f"cannot reach {store}{at} ({reason}{after}): check AWS_ENDPOINT_URL, the network "
-        f"and the credentials, then retry"
-    )
-
-
 def _thread_or_fail(saver: VerifiedSaver, thread_id: str | None, store: str) -> str | None:
     # Names only (no record is read): a thread whose every record is damaged
     # still exists, and verify/repair must be able to name it.
@@ -395,7 +238,7 @@ def _quarantined_count(saver: VerifiedSaver) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     seen_damage: list[Damage] = []
-    saver = _open_existing(args, quarantine=False)
+    saver = open_existing(args, quarantine=False)
     saver.reporter.on_corruption = seen_damage.append
     if args.thread is not None:
         _thread_or_fail(saver, args.thread, args.store)
@@ -536,7 +379,7 @@ def _print_history(history: dict[str, Any]) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    saver = _open_existing(args, quarantine=False)
+    saver = open_existing(args, quarantine=False)
     thread_id = _thread_or_fail(saver, args.thread, args.store)
     with _progress() as progress:
         report = saver.verify(thread_id, progress=progress)
@@ -547,7 +390,7 @@ def _verify(args: argparse.Namespace) -> int:
         if report.needs_repair:
             where = f" --thread {thread_id}" if thread_id is not None else ""
             print(f"run `{PROG} repair {args.store}{where}` to move the damage to quarantine/")
-            if not _is_object_store(args.store) and not os.access(args.store, os.W_OK):
+            if not is_object_store(args.store) and not os.access(args.store, os.W_OK):
                 print(
                     f"note: {args.store} is read-only for this process: repair needs to write to it"
                 )
@@ -557,7 +400,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _repair(args: argparse.Namespace) -> int:
     from langgraph_checkpoint_verified import _keys
 
-    saver = _open_existing(args, quarantine=True)
+    saver = open_existing(args, quarantine=True)
     thread_id = _thread_or_fail(saver, args.thread, args.store)
     with _progress() as progress:
         survey = saver.verify(thread_id, progress=progress)
@@ -585,10 +428,10 @@ def _repair(args: argparse.Namespace) -> int:
         if u.quarantined_to and u.quarantined_to not in moved
     }
     if report.read_only and not moved and not checkpoints_moved and not report.rewritten:
-        if _is_object_store(args.store):
+        if is_object_store(args.store):
             raise CommandError(
                 f"cannot repair {args.store}: the bucket refuses this process's writes, so "
-                f"nothing was moved; {_CREDENTIALS_ADVICE}, then run repair again"
+                f"nothing was moved; {CREDENTIALS_ADVICE}, then run repair again"
             )
         refusal = saver.reporter.read_only_error
         why = f" ({refusal.strerror})" if refusal is not None and refusal.strerror else ""
@@ -620,7 +463,7 @@ def _repair(args: argparse.Namespace) -> int:
     print("what is left:")
     _print_report(saver, after)
     if report.read_only:
-        fix = _CREDENTIALS_ADVICE if _is_object_store(args.store) else "make them writable"
+        fix = CREDENTIALS_ADVICE if is_object_store(args.store) else "make them writable"
         print(
             f"note: parts of {args.store} are read-only for this process: {fix}, then run "
             f"repair again"
@@ -679,7 +522,7 @@ def _progress() -> Iterator[Callable[[int, int], None]]:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    saver = _open_existing(args, quarantine=False)
+    saver = open_existing(args, quarantine=False)
     _thread_or_fail(saver, args.thread, args.store)
     found = {
         _checkpoint_id(item): item for item in saver.list(_thread_config(args.thread, args.ns))
@@ -806,7 +649,7 @@ def _describe_message(message: Any) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
-    saver = _open_existing(args, quarantine=False)
+    saver = open_existing(args, quarantine=False)
     _thread_or_fail(saver, args.thread, args.store)
     # oldest first, so the lines replay the thread in the order it ran
     found = sorted(saver.list(_thread_config(args.thread)), key=_checkpoint_id)
@@ -877,7 +720,7 @@ def _migrate(args: argparse.Namespace) -> int:
     source = Path(args.source)
     if not source.is_file():
         raise CommandError(f"no SQLite database at {source}")
-    if not _is_object_store(args.store):
+    if not is_object_store(args.store):
         target = Path(args.store)
         if target.exists() and not target.is_dir():
             raise CommandError(f"{target} is not a store: a store is a directory")
@@ -899,7 +742,7 @@ def _migrate(args: argparse.Namespace) -> int:
     finally:
         conn.close()
 
-    saver = _create_or_open(args.store, args.key_file)
+    saver = create_or_open(args.store, args.key_file)
     try:
         threads, checkpoints, writes = _copy_threads(groups, pending, saver)
     except ValueError as exc:
@@ -953,12 +796,6 @@ def _print_table(headers: list[str], rows: list[list[str]]) -> None:
     for row in [headers, *rows]:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
         print("  ".join(cells).rstrip())
-
-
-def _first_line(error: object) -> str:
-    """An error's message as one line: its first (a library's may hold a debug dump)."""
-    lines = str(error).strip().splitlines()
-    return lines[0].strip() if lines else repr(error)
 
 
 def _text(value: Any) -> str:

@@ -391,3 +391,33 @@ def test_a_lock_won_on_a_deleted_directory_is_taken_again_on_the_new_one(tmp_pat
     assert len(calls) == 2
     monkeypatch.undo()
     assert saver.get_tuple(generate_config("t")) is None  # the thread is really gone
+
+
+# -- summaries: every record verified, no value deserialized ---------------------------------
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_a_summary_listing_verifies_every_record_and_deserializes_no_value(tmp_path, backend):
+    """``_list(values=False)`` (what ``langgraph-verified inspect`` reads): the same
+    checkpoints, configs and metadata as ``list``, channel values and pending writes
+    left empty, and a checkpoint whose value does not verify left out."""
+    saver = VerifiedSaver(tmp_path / "s") if backend == "files" else VerifiedSaver.in_memory()
+    a = put_at(
+        saver, generate_config("t"), {"x": "x1", "y": "y1"}, {"x": 1, "y": 1}, {"x": 1, "y": 1}
+    )
+    b = put_at(saver, a, {"x": "x2", "y": "y1"}, {"x": 2, "y": 1}, {"x": 2})
+    c = put_at(saver, b, {"x": "x3", "y": "y1"}, {"x": 3, "y": 1}, {"x": 3})
+    saver.put_writes(c, [("x", "pending")], "task")
+    full = list(saver.list(generate_config("t")))
+    summaries = list(saver._list(None, filter=None, before=None, limit=None, values=False))
+    assert [s.config for s in summaries] == [f.config for f in full] == [c, b, a]
+    assert [s.metadata for s in summaries] == [f.metadata for f in full]
+    assert all(s.checkpoint["channel_values"] == {} for s in summaries)
+    assert all(s.pending_writes == [] for s in summaries)
+    assert full[0].pending_writes == [("task", "x", "pending")]
+
+    # y of b and c is held by a's record: damage a, and nothing on that chain verifies
+    a_key = sorted(saver.storage.walk(checkpoints_prefix("t", "")))[0]
+    record = saver.storage.read(a_key)
+    saver.storage.write(a_key, record[:-1] + bytes([record[-1] ^ 0xFF]))
+    assert list(saver._list(None, filter=None, before=None, limit=None, values=False)) == []

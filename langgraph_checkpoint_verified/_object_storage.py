@@ -42,7 +42,7 @@ import contextlib
 import errno
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -267,6 +267,21 @@ class ObjectStorage(_OneRecordPerWrite):
                 self._written.popitem(last=False)
         self._note_written(key)
         return True
+
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        """``write`` each; then each namespace's head names the newest checkpoint written
+        (a copied thread's head would otherwise name its oldest one)."""
+        written = [self.write(key, data, replace=replace, durable=durable) for key, data in items]
+        newest: dict[str, str] = {}
+        for key, _ in items:
+            prefix, _, name = key.rpartition("/")
+            if prefix.startswith("threads/") and prefix.endswith(_CHECKPOINTS):
+                newest[prefix] = max(name, newest.get(prefix, name))
+        for prefix, name in newest.items():
+            self._advance_head(prefix, name)
+        return written
 
     def read(self, key: str) -> bytes | None:
         found = self._get(key)

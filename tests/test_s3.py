@@ -532,3 +532,16 @@ def test_maintenance_keeps_the_heads_of_what_it_keeps(fault_proxy, s3_bucket):
 def s3_keys(endpoint: str, bucket: str) -> list[str]:
     listed = s3_client(endpoint).list_objects_v2(Bucket=bucket)
     return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_a_copied_thread_has_a_head_naming_its_newest_checkpoint(s3_bucket):
+    endpoint, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(endpoint, bucket))
+    configs = put_chain(saver, 5)
+    saver.copy_thread("t", "copy")
+    head = s3_client(endpoint).get_object(Bucket=bucket, Key="store/heads/copy/~.head")
+    newest = configs[-1]["configurable"]["checkpoint_id"]
+    assert head["Body"].read().decode() == f"{newest}.ckpt"
+    reader = VerifiedSaver(storage=s3_storage(endpoint, bucket))
+    found = reader.get_tuple({"configurable": {"thread_id": "copy"}})
+    assert found.config["configurable"]["checkpoint_id"] == newest

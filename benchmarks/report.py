@@ -527,30 +527,23 @@ def headline(results: dict[str, Any]) -> list[str]:
                 x(growth[VERIFIED_FILES] / growth[SQLITE]),
             )
         )
+
+    def p50_against_sqlite(title: str, entry: dict[str, Any]) -> str:
+        return row(
+            f"{title}, p50",
+            ms(entry[VERIFIED_FILES]["p50_ms"]),
+            f"SqliteSaver {ms(entry[SQLITE]['p50_ms'])}",
+            x(entry["ratios"][f"{VERIFIED_FILES} / {SQLITE}"]["p50"]),
+        )
+
     if "history" in results:
         history = results["history"]
+        length = f"{history['checkpoints']:,} checkpoints"
         for op, title in (("get_tuple", "get_tuple (newest)"), ("list", "list(limit=10)")):
-            entry = history[op]
-            lines.append(
-                row(
-                    f"{title} on {history['checkpoints']:,} checkpoints, p50",
-                    ms(entry[VERIFIED_FILES]["p50_ms"]),
-                    f"SqliteSaver {ms(entry[SQLITE]['p50_ms'])}",
-                    x(entry["ratios"][f"{VERIFIED_FILES} / {SQLITE}"]["p50"]),
-                )
-            )
+            lines.append(p50_against_sqlite(f"{title} on {length}", history[op]))
     if "calls" in results:
-        calls = results["calls"]
         for op, title in (("put", "put"), ("put_1mb", "put, 1 MB state")):
-            entry = calls[op]
-            lines.append(
-                row(
-                    f"{title}, files, p50",
-                    ms(entry[VERIFIED_FILES]["p50_ms"]),
-                    f"SqliteSaver {ms(entry[SQLITE]['p50_ms'])}",
-                    x(entry["ratios"][f"{VERIFIED_FILES} / {SQLITE}"]["p50"]),
-                )
-            )
+            lines.append(p50_against_sqlite(f"{title}, files", results["calls"][op]))
     if "cli" in results:
         cli = results["cli"]
         lines.append(

@@ -102,7 +102,7 @@ def delta_history(
             try:
                 parts = saver._resolve(record, channel, holders)
                 if not is_empty(parts):
-                    found_here[channel] = load_value(saver.serde, parts)
+                    found_here[channel] = load_value(saver._loads_value, parts)
             except Unusable as unusable:
                 raise cannot_use(current, unusable.reason) from None
             except RecordDamagedError as exc:

@@ -11,8 +11,9 @@ byte for byte the bytes a record was decoded from (or encoded to, by this
 process's ``put``), that record is the answer and the checksum, decompression
 and parse are skipped: decoding is a function of the bytes. Damage, a rewrite
 or a compaction anywhere in between changes the bytes and the record is
-decoded (and verified) again. What is kept is serialized bytes, never
-deserialized objects, so every caller still gets values of its own.
+decoded (and verified) again. A record holds serialized values; what they
+deserialize to is kept apart (``_decoded_values``) and handed out as copies,
+so every caller still gets values of its own.
 
 ``put`` also needs the refs of a parent (not its values): those summaries are
 kept for many more checkpoints, under the storage ``stamp`` the record had

@@ -261,10 +261,11 @@ def value_parts(
     return parts
 
 
-def load_value(serde: SerializerProtocol, parts: ValueParts) -> Any:
-    """Deserialize a value from its parts (see ``value_parts``)."""
+def load_value(loads: Callable[[Typed], Any], parts: ValueParts) -> Any:
+    """Deserialize a value from its parts (see ``value_parts``) with ``loads``
+    (a serializer's ``loads_typed``, or ``DecodedValues.loads`` bound to one)."""
     (first, _), rest = parts[0], parts[1:]
-    value = serde.loads_typed(first)
+    value = loads(first)
     if not rest:
         return value
     if type(value) is not list:
@@ -274,7 +275,7 @@ def load_value(serde: SerializerProtocol, parts: ValueParts) -> Any:
             raise RecordDamagedError(
                 f"an extension expects {base_count} items before it, found {len(value)}"
             )
-        items = serde.loads_typed(typed)
+        items = loads(typed)
         if type(items) is not list:
             raise RecordDamagedError(f"an extension holds a {type(items).__name__}")
         value.extend(items)
@@ -290,4 +291,4 @@ def materialize(serde: SerializerProtocol, parts: ValueParts, version: Any) -> S
     """The same value stored whole: for a record whose chain's older records go away."""
     if len(parts) == 1:
         return StoredValue(version, VALUE_FULL, parts[0][0])
-    return StoredValue(version, VALUE_FULL, serde.dumps_typed(load_value(serde, parts)))
+    return StoredValue(version, VALUE_FULL, serde.dumps_typed(load_value(serde.loads_typed, parts)))

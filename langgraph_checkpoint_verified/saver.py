@@ -17,7 +17,7 @@ import builtins
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -49,6 +49,7 @@ from langgraph_checkpoint_verified._config import PARENT_UNKNOWN as _PARENT_UNKN
 from langgraph_checkpoint_verified._config import Unusable as _Unusable
 from langgraph_checkpoint_verified._config import config as _config
 from langgraph_checkpoint_verified._config import config_parts as _config_parts
+from langgraph_checkpoint_verified._decoded_values import DecodedValues
 from langgraph_checkpoint_verified._format import (
     DEFAULT_COMPRESSION_LEVEL,
     Codec,
@@ -94,6 +95,9 @@ from langgraph_checkpoint_verified.recovery import (
 )
 
 T = TypeVar("T")
+
+_ALLOWLIST_CLONES = 64
+"""``with_allowlist`` clones kept per saver (a graph and each subgraph ask for one)."""
 
 
 _MAINTENANCE_RETRIES = 8
@@ -211,6 +215,10 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             raise ValueError(f"list_chain_limit must be an int >= 0, got {list_chain_limit!r}")
         self._lists = ListMemory(max_chain=list_chain_limit)
         self._parts = PartsCache()
+        # Values read more than once: copied, not deserialized again.
+        self._decoded = DecodedValues()
+        # with_allowlist's clones, one per allowlist
+        self._allowlisted: dict[frozenset[Any], VerifiedSaver] = {}
         self._lock = threading.Lock()
         self._closed = False
         _marker.check_store_marker(self)
@@ -248,9 +256,35 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             return cls.in_memory(**kwargs)
         return cls(conn_string, **kwargs)
 
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> VerifiedSaver:
+        """A clone deserializing with a msgpack allowlist extended by ``extra_allowlist``.
+
+        LangGraph asks for one at every run and state call when
+        ``LANGGRAPH_STRICT_MSGPACK`` is set; the same clone (and serializer)
+        answers each time, so the values it deserialized are copied, not
+        deserialized again.
+        """
+        key = frozenset(extra_allowlist)
+        with self._lock:
+            clone = self._allowlisted.get(key)
+        if clone is not None:
+            return clone
+        made = super().with_allowlist(extra_allowlist)
+        assert isinstance(made, VerifiedSaver)
+        if made is not self:
+            made._allowlisted = {}  # its own: its allowlist extends a larger one
+        with self._lock:
+            if len(self._allowlisted) >= _ALLOWLIST_CLONES:
+                self._allowlisted.pop(next(iter(self._allowlisted)))
+            return self._allowlisted.setdefault(key, made)
+
     def close(self) -> None:
         """Release the saver. Idempotent; later calls raise ``VerifiedSaverError``."""
         self._closed = True
+        with self._lock:
+            clones = builtins.list(self._allowlisted.values())
+        for clone in clones:
+            clone.close()
 
     def __enter__(self) -> VerifiedSaver:
         return self
@@ -528,7 +562,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             return None
         try:
             channel_values = {
-                ch: load_value(self.serde, parts)
+                ch: load_value(self._loads_value, parts)
                 for ch, parts in entries.items()
                 if values and not is_empty(parts)
             }
@@ -558,6 +592,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 self._pending_writes(thread_id, checkpoint_ns, checkpoint_id) if values else []
             ),
         )
+
+    def _loads_value(self, part: Typed) -> Any:
+        return self._decoded.loads(self.serde, part)
 
     def _read_with_values(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, holders: dict[str, Any]

@@ -1,0 +1,327 @@
+"""Values read again are copied from a kept decode, never shared, never stale.
+
+A saver keeps the value a serialized part deserialized to once that part has
+been read twice, and hands out deep copies of it. Counted here:
+deserializations per read (none from the third read of unchanged bytes on).
+Checked: a copy equals a new deserialization and shares no mutable object with
+it or with another read; what a caller does to its copy is never seen by the
+next read; a value holding anything that cannot be copied for certain is
+deserialized every time; damage and rewrites are still seen; each serializer
+(a ``with_allowlist`` clone's, an encrypting one) deserializes for itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import uuid
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pydantic import BaseModel
+
+from langgraph_checkpoint_verified import VerifiedSaver, _keys
+from langgraph_checkpoint_verified._decoded_values import DecodedValues, Uncopyable, plain_copy
+
+THREAD = {"configurable": {"thread_id": "t"}}
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class Inner(BaseModel):
+    tags: list[str]
+    scores: dict[str, float]
+
+
+class Outer(BaseModel):
+    inner: Inner
+    when: datetime.datetime
+    color: Color
+    pair: tuple[int, str]
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+class Tagged(str):
+    pass
+
+
+class OwnCopy(BaseModel):
+    x: int
+
+    def __deepcopy__(self, memo: Any = None) -> OwnCopy:
+        return self
+
+
+def messages() -> list[Any]:
+    return [
+        HumanMessage([{"type": "text", "text": "look"}, {"type": "image_url", "image_url": "u"}]),
+        AIMessage(
+            "calling",
+            tool_calls=[{"name": "search", "args": {"q": ["a", "b"]}, "id": "c1"}],
+            usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3},
+            response_metadata={"model": "m", "nested": {"k": [1, 2]}},
+        ),
+        ToolMessage("found", tool_call_id="c1", artifact={"rows": [[1, 2]]}),
+    ]
+
+
+def mutable_ids(value: Any) -> set[int]:
+    """The ids of every mutable object inside ``value``, the value itself included."""
+    found: set[int] = set()
+
+    def walk(item: Any) -> None:
+        if isinstance(item, (list, dict, set, BaseModel)):
+            found.add(id(item))
+        if isinstance(item, BaseModel):
+            found.add(id(item.__dict__))
+            walk(item.__dict__)
+            if item.__pydantic_extra__ is not None:
+                walk(item.__pydantic_extra__)
+            found.add(id(item.__pydantic_fields_set__))
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                walk(key)
+                walk(inner)
+        elif isinstance(item, (list, tuple)):
+            for inner in item:
+                walk(inner)
+
+    walk(value)
+    return found
+
+
+# -- plain_copy ---------------------------------------------------------------------------
+
+
+def test_a_copy_of_messages_equals_them_and_shares_nothing_mutable():
+    original = messages()
+    copied = plain_copy(original)
+    assert copied == original
+    assert [type(m) for m in copied] == [type(m) for m in original]
+    assert [m.model_fields_set for m in copied] == [m.model_fields_set for m in original]
+    assert not mutable_ids(copied) & mutable_ids(original)
+
+
+def test_a_copy_equals_a_new_deserialization():
+    serde = JsonPlusSerializer()
+    part = serde.dumps_typed(messages())
+    decoded = serde.loads_typed(part)
+    copied = plain_copy(decoded)
+    again = serde.loads_typed(part)
+    assert copied == again
+    assert [m.__dict__ for m in copied] == [m.__dict__ for m in again]
+    assert [m.__pydantic_extra__ for m in copied] == [m.__pydantic_extra__ for m in again]
+
+
+def test_nested_models_enums_dates_and_tuples_are_copied():
+    value = {
+        "outer": Outer(
+            inner=Inner(tags=["a"], scores={"x": 1.5}),
+            when=datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc),
+            color=Color.RED,
+            pair=(1, "one"),
+        ),
+        "id": uuid.uuid4(),
+        (1, "key"): [None, True, b"raw"],
+    }
+    copied = plain_copy(value)
+    assert copied == value
+    assert copied["outer"].inner is not value["outer"].inner
+    assert copied["outer"].inner.tags is not value["outer"].inner.tags
+    assert copied["outer"].color is Color.RED
+    assert not mutable_ids(copied) & mutable_ids(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Point(1),
+        [1, {"p": Point(2)}],
+        {1, 2},
+        bytearray(b"x"),
+        Tagged("s"),
+        OwnCopy(x=1),
+        (lambda: None),
+    ],
+    ids=["dataclass", "nested", "set", "bytearray", "str-subclass", "own-deepcopy", "function"],
+)
+def test_anything_else_is_refused(value):
+    with pytest.raises(Uncopyable):
+        plain_copy(value)
+
+
+# -- DecodedValues -------------------------------------------------------------------------
+
+
+class CountingSerializer(JsonPlusSerializer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads = 0
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        self.loads += 1
+        return super().loads_typed(data)
+
+
+def test_a_part_is_deserialized_twice_then_copied():
+    serde = CountingSerializer()
+    part = serde.dumps_typed(messages())
+    values = DecodedValues()
+    reads = [values.loads(serde, part) for _ in range(5)]
+    assert serde.loads == 2
+    assert all(read == messages() for read in reads)
+    for one, other in zip(reads, reads[1:], strict=False):
+        assert not mutable_ids(one) & mutable_ids(other)
+
+
+def test_what_a_caller_does_to_its_copy_is_not_seen_by_the_next_read():
+    serde = CountingSerializer()
+    part = serde.dumps_typed(messages())
+    values = DecodedValues()
+    for _ in range(4):
+        read = values.loads(serde, part)
+        assert read == messages()
+        read[1].tool_calls[0]["args"]["q"].append("mine")
+        read[0].content.append({"type": "text", "text": "mine"})
+        read[2].artifact["rows"].clear()
+        read.append(HumanMessage("mine"))
+
+
+def test_a_value_that_cannot_be_copied_is_deserialized_every_time():
+    serde = CountingSerializer()
+    part = serde.dumps_typed([HumanMessage("hi"), {1, 2}])
+    values = DecodedValues()
+    reads = [values.loads(serde, part) for _ in range(4)]
+    assert serde.loads == 4
+    assert reads[0] == reads[3]
+
+
+def test_each_serializer_deserializes_for_itself():
+    first, second = CountingSerializer(), CountingSerializer()
+    part = first.dumps_typed(["a"])
+    values = DecodedValues()
+    for _ in range(3):
+        values.loads(first, part)
+        values.loads(second, part)
+    assert (first.loads, second.loads) == (2, 2)
+
+
+def test_the_kept_values_stay_within_their_byte_bound():
+    serde = CountingSerializer()
+    parts = [serde.dumps_typed(["x" * 1000, n]) for n in range(10)]
+    values = DecodedValues(max_bytes=3 * len(parts[0][1]))
+    for part in parts:
+        for _ in range(3):
+            values.loads(serde, part)
+    assert values._bytes <= values.max_bytes
+    assert len(values._entries) == 3
+    before = serde.loads
+    values.loads(serde, parts[-1])  # kept
+    values.loads(serde, parts[0])  # dropped long ago: deserialized again
+    assert serde.loads == before + 1
+
+
+# -- through the saver -----------------------------------------------------------------------
+
+
+def make_saver(backend: str, tmp_path, **kwargs: Any) -> VerifiedSaver:
+    if backend == "memory":
+        return VerifiedSaver.in_memory(**kwargs)
+    return VerifiedSaver(tmp_path / "store", fsync=False, **kwargs)
+
+
+def put_chat(saver: VerifiedSaver, steps: int) -> list[dict]:
+    config: dict = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    configs = []
+    chat: list[Any] = []
+    for step in range(1, steps + 1):
+        chat = [*chat, HumanMessage(f"m{step}", id=f"id{step}")]
+        config = saver.put(
+            config,
+            generate_checkpoint(
+                channel_values={"messages": chat}, channel_versions={"messages": step}
+            ),
+            generate_metadata(step=step),
+            {"messages": step},
+        )
+        configs.append(config)
+    return configs
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_get_tuple_of_an_unchanged_checkpoint_stops_deserializing_its_values(tmp_path, backend):
+    serde = CountingSerializer()
+    saver = make_saver(backend, tmp_path, serde=serde)
+    put_chat(saver, 3)
+    reads = []
+    counts = []
+    for _ in range(5):
+        before = serde.loads
+        reads.append(saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"])
+        counts.append(serde.loads - before)
+    # each read deserializes the checkpoint and the metadata; the messages (three
+    # parts: the first list, then two extensions) only on the first two reads
+    assert counts == [counts[0], counts[0], counts[0] - 3, counts[0] - 3, counts[0] - 3]
+    assert [m.content for m in reads[-1]] == ["m1", "m2", "m3"]
+    reads[3].append(HumanMessage("mine"))
+    reads[3][0].content = "changed"
+    again = saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"]
+    assert [m.content for m in again] == ["m1", "m2", "m3"]
+
+
+def test_damage_after_values_are_kept_is_still_found(tmp_path):
+    saver = make_saver("memory", tmp_path)
+    configs = put_chat(saver, 3)
+    for _ in range(3):
+        assert saver.get_tuple(THREAD).config == configs[-1]
+    newest = _keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
+    damaged = bytearray(saver.storage.records[newest])
+    damaged[len(damaged) // 2] ^= 0x01
+    saver.storage.records[newest] = bytes(damaged)
+    found = saver.get_tuple(THREAD)
+    assert found.config == configs[-2]
+    assert [m.content for m in found.checkpoint["channel_values"]["messages"]] == ["m1", "m2"]
+    assert saver.stats.damaged_records == 1
+
+
+def test_a_rewrite_by_another_saver_is_read_as_written(tmp_path):
+    reader = make_saver("files", tmp_path)
+    configs = put_chat(reader, 2)
+    for _ in range(3):
+        reader.get_tuple(THREAD)
+    writer = VerifiedSaver(tmp_path / "store", fsync=False)
+    newest = configs[-1]
+    writer.put(
+        configs[0],
+        {
+            **generate_checkpoint(
+                channel_values={"messages": [HumanMessage("rewritten")]},
+                channel_versions={"messages": 2},
+            ),
+            "id": newest["configurable"]["checkpoint_id"],
+        },
+        generate_metadata(step=2),
+        {"messages": 2},
+    )
+    messages = reader.get_tuple(THREAD).checkpoint["channel_values"]["messages"]
+    assert [m.content for m in messages] == ["rewritten"]
+
+
+def test_an_encrypting_serializer_reads_its_kept_values_back(tmp_path):
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=b"k" * 16)
+    saver = make_saver("files", tmp_path, serde=serde)
+    put_chat(saver, 3)
+    reads = [saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"] for _ in range(4)]
+    assert all([m.content for m in read] == ["m1", "m2", "m3"] for read in reads)
+    assert not mutable_ids(reads[2]) & mutable_ids(reads[3])

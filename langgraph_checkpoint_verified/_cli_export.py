@@ -85,7 +85,9 @@ def _writes_lines(saver: VerifiedSaver, where: dict[str, str]) -> list[dict[str,
     prefix = _keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
     lines = []
     for name in sorted(saver.storage.list(prefix)):
-        record = saver._read_writes(f"{prefix}/{name}", thread_id, checkpoint_ns, checkpoint_id)
+        record = saver._reader.read_writes(
+            f"{prefix}/{name}", thread_id, checkpoint_ns, checkpoint_id
+        )
         if record is None:
             continue  # damaged: verify reports it; an export holds what verifies
         lines.append(
@@ -154,7 +156,9 @@ def export(
 
     def body() -> int:
         saver = open_store(store, key_file)
-        thread_ids = [need_thread(saver, thread, store)] if thread else sorted(saver._thread_ids())
+        thread_ids = (
+            [need_thread(saver, thread, store)] if thread else sorted(saver._reader.thread_ids())
+        )
         lines = [
             json.dumps(HEADER) + "\n",
             *(_sealed(line) for line in export_lines(saver, thread_ids)),

@@ -74,7 +74,7 @@ def _interrupts(found: Any) -> list[dict[str, Any]]:
 
 
 def thread_summaries(saver: VerifiedSaver) -> list[dict[str, Any]]:
-    thread_ids = sorted(saver._thread_ids())
+    thread_ids = sorted(saver._reader.thread_ids())
     summaries = []
     with progress("reading threads") as bar:
         task = bar.add_task("reading threads", total=len(thread_ids))
@@ -402,7 +402,7 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
         checkpoints = sum(1 for k in keys if k.endswith(".ckpt"))
         summary = {
             "store": saver.storage.location(""),
-            "threads": len(saver._thread_ids()),
+            "threads": len(saver._reader.thread_ids()),
             "checkpoints": checkpoints,
             "records": records,
             "bytes": stored,

@@ -75,7 +75,7 @@ def delta_history(
     def exact(wanted_id: str) -> CheckpointRecord | None:
         key = _keys.checkpoint_key(thread_id, checkpoint_ns, wanted_id)
         try:
-            record = saver._read_checkpoint(key, thread_id, checkpoint_ns, wanted_id)
+            record = saver._reader.read_checkpoint(key, thread_id, checkpoint_ns, wanted_id)
         except Unusable as unusable:
             raise cannot_use(wanted_id, unusable.reason) from None
         if record is None and key in quarantined:
@@ -100,7 +100,7 @@ def delta_history(
             if channel not in record.refs:
                 continue
             try:
-                parts = saver._resolve(record, channel, holders)
+                parts = saver._reader.resolve(record, channel, holders)
                 if not is_empty(parts):
                     found_here[channel] = load_value(saver._loads_value, parts)
             except Unusable as unusable:
@@ -154,7 +154,9 @@ def complete_writes(
     names = saver.storage.list(prefix)
     for name in names:
         key = f"{prefix}/{name}"
-        record = saver._read_writes(key, thread_id, checkpoint_ns, checkpoint_id, dropped=dropped)
+        record = saver._reader.read_writes(
+            key, thread_id, checkpoint_ns, checkpoint_id, dropped=dropped
+        )
         if record is None:
             continue
         for idx, channel, typed in record.writes:

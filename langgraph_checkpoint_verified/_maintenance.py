@@ -35,9 +35,9 @@ def delete_for_runs(saver: VerifiedSaver, run_ids: Sequence[str]) -> None:
     doomed_runs = set(run_ids)
     if not doomed_runs:
         return
-    for thread_id in saver._thread_ids():
+    for thread_id in saver._reader.thread_ids():
         with saver.storage.lock(_keys.thread_prefix(thread_id), exclusive=True):
-            for checkpoint_ns in saver._namespaces(thread_id):
+            for checkpoint_ns in saver._reader.namespaces(thread_id):
                 records = records_of(saver, thread_id, checkpoint_ns)
                 doomed = {
                     cid
@@ -65,7 +65,7 @@ def prune(
                 saver.storage.delete_tree(_keys.namespaces_prefix(thread_id))
                 saver._forget_thread(thread_id)
             else:
-                for checkpoint_ns in saver._namespaces(thread_id):
+                for checkpoint_ns in saver._reader.namespaces(thread_id):
                     latest = saver._latest(thread_id, checkpoint_ns, {}, strict=False)
                     records = records_of(saver, thread_id, checkpoint_ns)
                     keep = latest.config["configurable"]["checkpoint_id"] if latest else None
@@ -113,10 +113,10 @@ def records_of(
 ) -> dict[str, CheckpointRecord]:
     """Every checkpoint record of a namespace that verifies (damage is reported)."""
     records = {}
-    for checkpoint_id in saver._checkpoint_ids(thread_id, checkpoint_ns):
+    for checkpoint_id in saver._reader.checkpoint_ids(thread_id, checkpoint_ns):
         key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
         try:
-            record = saver._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
+            record = saver._reader.read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
         except Unusable:
             continue
         if record is not None:

@@ -197,7 +197,7 @@ def _build_parser() -> argparse.ArgumentParser:
 def _thread_or_fail(saver: VerifiedSaver, thread_id: str | None, store: str) -> str | None:
     # Names only (no record is read): a thread whose every record is damaged
     # still exists, and verify/repair must be able to name it.
-    if thread_id is not None and thread_id not in saver._thread_ids():
+    if thread_id is not None and thread_id not in saver._reader.thread_ids():
         raise CommandError(
             f"no thread {thread_id!r} in {store}; `{PROG} threads {store}` lists them"
         )
@@ -265,7 +265,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _store_summary(saver: VerifiedSaver) -> dict[str, Any]:
     namespaces: dict[str, dict[str, dict[str, Any]]] = {
-        thread_id: {} for thread_id in saver._thread_ids()
+        thread_id: {} for thread_id in saver._reader.thread_ids()
     }
     # newest first within each thread; verified, but no state deserialized: only counted
     for found in saver._list(None, filter=None, before=None, limit=None, values=False):

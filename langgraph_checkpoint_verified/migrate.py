@@ -147,7 +147,7 @@ def _copy_threads(
         ValueError: ``target`` already holds one of the threads; nothing was copied.
     """
     threads = sorted({thread_id for thread_id, _ in groups})
-    clashing = sorted(set(threads) & set(target._thread_ids()))
+    clashing = sorted(set(threads) & set(target._reader.thread_ids()))
     if clashing:
         raise ValueError(
             f"{target.storage.location('')} already has thread(s) "

@@ -251,7 +251,7 @@ def run_with_recovery(
             return on_failure(step.error, step.state)
         if isinstance(step, _Wait):
             return time.sleep(step.seconds)
-        return step.saver._checkpoint_ids(step.thread_id, step.checkpoint_ns)
+        return step.saver._reader.checkpoint_ids(step.thread_id, step.checkpoint_ns)
 
     recovery = _recovery(graph, input, config, max_attempts, retry_on, backoff, on_failure)
     return run_steps(recovery, carry_out)
@@ -301,7 +301,9 @@ async def arun_with_recovery(
             return await answer if inspect.isawaitable(answer) else answer
         if isinstance(step, _Wait):
             return await asyncio.sleep(step.seconds)
-        return await step.saver._run(step.saver._checkpoint_ids, step.thread_id, step.checkpoint_ns)
+        return await step.saver._run(
+            step.saver._reader.checkpoint_ids, step.thread_id, step.checkpoint_ns
+        )
 
     recovery = _recovery(graph, input, config, max_attempts, retry_on, backoff, on_failure)
     return await arun_steps(recovery, carry_out)

@@ -1,8 +1,10 @@
 """``VerifiedSaver``: LangGraph's checkpointer contract over verified records.
 
 This module knows LangGraph's semantics (checkpoints, channel versions,
-pending writes, threads and namespaces). It knows nothing about bytes (see
-``_format`` and ``_records``) or paths (see ``_keys`` and ``_storage``).
+pending writes, threads and namespaces) and what to return when a record is
+damaged. Reading and verifying records is ``_reads``, the value chain
+``_values``, thread maintenance ``_maintenance``; it knows nothing about bytes
+(see ``_format`` and ``_records``) or paths (see ``_keys`` and ``_storage``).
 
 Every operation is written once, synchronously. Each ``a*`` twin makes one
 crossing to a worker thread (``asyncio.to_thread``), so the event loop never
@@ -17,7 +19,7 @@ import builtins
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Collection, Hashable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -34,7 +36,6 @@ from langgraph.checkpoint.base import (
     SerializerProtocol,
     get_checkpoint_id,
     get_checkpoint_metadata,
-    writes_sort_key,
 )
 
 from langgraph_checkpoint_verified import (
@@ -57,6 +58,7 @@ from langgraph_checkpoint_verified._format import (
 from langgraph_checkpoint_verified._keys import NORMAL_WRITES_SLOT
 from langgraph_checkpoint_verified._log import FileStorage
 from langgraph_checkpoint_verified._object_storage import ObjectStorage
+from langgraph_checkpoint_verified._reads import RecordReader
 from langgraph_checkpoint_verified._record_cache import RecordCache
 from langgraph_checkpoint_verified._records import (
     EMPTY_TYPE,
@@ -65,8 +67,6 @@ from langgraph_checkpoint_verified._records import (
     StoredValue,
     Typed,
     WritesRecord,
-    decode_checkpoint,
-    decode_writes,
     encode_checkpoint,
     encode_writes,
 )
@@ -75,11 +75,8 @@ from langgraph_checkpoint_verified._values import (
     DEFAULT_MAX_CHAIN,
     ListMemory,
     PartsCache,
-    ValueParts,
-    ValueUnavailable,
     is_empty,
     load_value,
-    value_parts,
 )
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
@@ -217,6 +214,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self._parts = PartsCache()
         # Values read more than once: copied, not deserialized again.
         self._decoded = DecodedValues()
+        self._reader = RecordReader(
+            self.storage, self.codec, self.reporter, self._records, self._parts, self._decoded
+        )
         # with_allowlist's clones, one per allowlist
         self._allowlisted: dict[frozenset[Any], VerifiedSaver] = {}
         self._lock = threading.Lock()
@@ -401,11 +401,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             wanted_ns = config["configurable"].get("checkpoint_ns")
             thread_ids: Sequence[str] = [thread_id]
         else:
-            thread_ids = self._thread_ids()
+            thread_ids = self._reader.thread_ids()
         yielded = 0
         for thread_id in thread_ids:
             holders: dict[str, Any] = {}
-            for checkpoint_id, checkpoint_ns in self._thread_checkpoints(thread_id, wanted_ns):
+            for checkpoint_id, checkpoint_ns in self._reader.thread_checkpoints(
+                thread_id, wanted_ns
+            ):
                 if wanted_id is not None and checkpoint_id != wanted_id:
                     continue
                 if before_id is not None and checkpoint_id >= before_id:
@@ -439,7 +441,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         strict = self.strict if strict is None else strict
         skipped: builtins.list[str] = []
         saw_any = False
-        for checkpoint_id in self._newest_first(thread_id, checkpoint_ns):
+        for checkpoint_id in self._reader.newest_first(thread_id, checkpoint_ns):
             saw_any = True
             try:
                 found = self._load(
@@ -532,7 +534,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
     def _predecessor(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str | None:
         # Used only when a damaged record no longer says who its parent was:
         # checkpoint ids are time-ordered, so the next older one is the best guess.
-        for candidate in self._checkpoint_ids(thread_id, checkpoint_ns):
+        for candidate in self._reader.checkpoint_ids(thread_id, checkpoint_ns):
             if candidate < checkpoint_id:
                 return candidate
         return None
@@ -553,7 +555,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         ``remember_lists``: the caller is about to resume from it (``get_tuple``):
         the next put then stores only what its lists gain.
         """
-        found = self._read_with_values(thread_id, checkpoint_ns, checkpoint_id, holders)
+        found = self._reader.read_with_values(thread_id, checkpoint_ns, checkpoint_id, holders)
         if found is None:
             return None
         record, entries = found
@@ -589,327 +591,14 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 else None
             ),
             pending_writes=(
-                self._pending_writes(thread_id, checkpoint_ns, checkpoint_id) if values else []
+                self._reader.pending_writes(self.serde, thread_id, checkpoint_ns, checkpoint_id)
+                if values
+                else []
             ),
         )
 
     def _loads_value(self, part: Typed) -> Any:
         return self._decoded.loads(self.serde, part)
-
-    def _read_with_values(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, holders: dict[str, Any]
-    ) -> tuple[CheckpointRecord, dict[str, ValueParts]] | None:
-        """A checkpoint's record and every channel's serialized value; ``None`` if absent."""
-        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
-        attempts_left = _MAINTENANCE_RETRIES
-        while True:
-            found = self._read_checkpoint_data(key, thread_id, checkpoint_ns, checkpoint_id)
-            if found is None:
-                return None
-            record, data = found
-            try:
-                return record, self._resolve_values(record, holders)
-            except _Unusable as unusable:
-                # prune and delete_for_runs rewrite a checkpoint to hold its values
-                # itself, then remove the records it used to refer to: a reader that
-                # read it before the rewrite finds a holder gone. That is not damage:
-                # read it again, as it is now.
-                if attempts_left and self._bytes_now(key) != data:
-                    attempts_left -= 1
-                    holders.clear()
-                    continue
-                # this record verified: its parent is known even though a value is not
-                raise _Unusable(unusable.reason, parent=record.parent_checkpoint_id) from None
-
-    def _bytes_now(self, key: str) -> bytes | None:
-        try:
-            return self.storage.read(key)
-        except OSError:
-            return None
-
-    def _read_checkpoint(
-        self,
-        key: str,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        stamp: Hashable | None = None,
-    ) -> CheckpointRecord | None:
-        """The verified record at ``key`` (shared: never change it), ``None`` if absent.
-
-        ``stamp``: the key's storage stamp, if the caller took it before this read.
-        """
-        found = self._read_checkpoint_data(key, thread_id, checkpoint_ns, checkpoint_id, stamp)
-        return None if found is None else found[0]
-
-    def _read_checkpoint_data(
-        self,
-        key: str,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        stamp: Hashable | None = None,
-    ) -> tuple[CheckpointRecord, bytes] | None:
-        """``_read_checkpoint``, with the bytes the record was read from."""
-        data = self._read(key)
-        if data is None:
-            return None
-        cached = self._records.record((thread_id, checkpoint_ns, checkpoint_id), data)
-        if cached is not None:
-            return cached, data
-        try:
-            record = decode_checkpoint(
-                self.codec,
-                data,
-                {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": checkpoint_ns,
-                    "checkpoint_id": checkpoint_id,
-                },
-            )
-        except RecordDamagedError as exc:
-            damage = self.reporter.damaged(key, exc, data)
-            identity = damage.identity or {}
-            # a header that verifies and is this checkpoint's still names its parent
-            parent = (
-                identity.get("parent_checkpoint_id") or None
-                if identity.get("checkpoint_id") == checkpoint_id
-                else _PARENT_UNKNOWN
-            )
-            raise _Unusable(exc.reason, parent=parent) from None
-        # a record rewritten between the stamp and the read is kept under the old
-        # stamp, which no later read matches
-        self._records.remember(record, data, stamp)
-        return record, data
-
-    def _read(self, key: str) -> bytes | None:
-        try:
-            return self.storage.read(key)
-        except OSError as exc:
-            # unreadable (EIO, EACCES): as unusable as damage, but not ours to move
-            self.reporter.unreadable(key, exc)
-            raise _Unusable(f"cannot read {key}: {exc}") from None
-
-    def _resolve_values(
-        self, record: CheckpointRecord, holders: dict[str, Any]
-    ) -> dict[str, ValueParts]:
-        """Every channel's serialized value, from this record or the records holding them."""
-        return {channel: self._resolve(record, channel, holders) for channel in record.refs}
-
-    def _resolve(
-        self, record: CheckpointRecord, channel: str, holders: dict[str, Any]
-    ) -> ValueParts:
-        """One channel's serialized value parts (see ``_values.value_parts``), or ``_Unusable``."""
-        version, holder_id = record.refs[channel]
-        if holder_id == record.checkpoint_id:
-            stored = record.values.get(channel)
-        else:
-            stored = self._holder_values(record, holder_id, holders).get(channel)
-        if stored is None or stored.version != version:
-            raise _Unusable(
-                f"value of channel {channel!r} at version {version!r} is missing from "
-                f"checkpoint {holder_id}"
-            )
-        if stored.encoding == VALUE_FULL:
-            return [(stored.typed, None)]
-        where = (record.thread_id, record.checkpoint_ns, channel)
-        known = self._parts.get(where, holder_id, version)
-        if known is not None:
-            return known  # read (or written) before: its chain is not walked again
-        try:
-            parts = value_parts(
-                record,
-                channel,
-                stored,
-                lambda base_id: self._holder_values(record, base_id, holders),
-                lambda base_id, base_version: self._parts.get(where, base_id, base_version),
-            )
-        except ValueUnavailable as unavailable:
-            raise _Unusable(unavailable.reason) from None
-        self._parts.put(where, holder_id, version, parts)
-        return parts
-
-    def _holder_values(
-        self, record: CheckpointRecord, holder_id: str, holders: dict[str, Any]
-    ) -> dict[str, StoredValue]:
-        cached = holders.get(holder_id)
-        if isinstance(cached, _Unusable):
-            raise cached
-        if cached is not None:
-            return cached
-        key = _keys.checkpoint_key(record.thread_id, record.checkpoint_ns, holder_id)
-        try:
-            holder = self._read_checkpoint(key, record.thread_id, record.checkpoint_ns, holder_id)
-            if holder is None:
-                raise _Unusable(
-                    f"channel values are stored in checkpoint {holder_id}, which is missing"
-                )
-        except _Unusable as unusable:
-            dependency = _Unusable(f"depends on checkpoint {holder_id}: {unusable.reason}")
-            holders[holder_id] = dependency
-            raise dependency from None
-        if len(holders) > 256:
-            holders.clear()
-        holders[holder_id] = holder.values
-        return holder.values
-
-    def _pending_writes(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
-    ) -> builtins.list[tuple[str, str, Any]]:
-        prefix = _keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
-        found: builtins.list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
-        for name in self.storage.list(prefix):
-            key = f"{prefix}/{name}"
-            record = self._read_writes(key, thread_id, checkpoint_ns, checkpoint_id)
-            if record is None:
-                continue
-            for idx, channel, typed in record.writes:
-                found.append(
-                    (
-                        writes_sort_key(record.task_path, record.task_id, idx),
-                        (record.task_id, channel, self.serde.loads_typed(typed)),
-                    )
-                )
-        found.sort(key=lambda item: item[0])
-        return [write for _, write in found]
-
-    def _read_writes(
-        self,
-        key: str,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        *,
-        dropped: builtins.list[tuple[str, str]] | None = None,
-    ) -> WritesRecord | None:
-        """The writes record at ``key``; ``None`` if absent, damaged or unreadable.
-
-        ``dropped``, when given, receives ``(key, reason)`` for each record left
-        out because it is damaged or unreadable, so a caller that cannot do
-        without it (the delta-channel walk) can tell it from one never written.
-        """
-        try:
-            data = self.storage.read(key)
-        except OSError as exc:
-            self.reporter.unreadable(key, exc)  # left out, like damage: only that task reruns
-            if dropped is not None:
-                dropped.append((key, f"cannot read: {exc}"))
-            return None
-        if data is None:
-            return None
-        try:
-            record = decode_writes(
-                self.codec,
-                data,
-                {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": checkpoint_ns,
-                    "checkpoint_id": checkpoint_id,
-                },
-            )
-            expected_key = _keys.writes_key(
-                thread_id, checkpoint_ns, checkpoint_id, record.task_id, record.slot
-            )
-            if expected_key != key:
-                raise RecordDamagedError(
-                    f"record belongs at {expected_key}, found at {key} (moved or swapped)"
-                )
-        except RecordDamagedError as exc:
-            # a damaged batch is left out: only that task runs again
-            self.reporter.damaged(key, exc, data)
-            if dropped is not None:
-                dropped.append((key, exc.reason))
-            return None
-        return record
-
-    def _newest_first(self, thread_id: str, checkpoint_ns: str) -> Iterator[str]:
-        """Checkpoint ids of one namespace, newest first, listing them all only if asked
-        for more than the newest (a fallback)."""
-        greatest = self.storage.greatest_name(_keys.checkpoints_prefix(thread_id, checkpoint_ns))
-        # An id LangGraph makes is its own name, and a name with no escape in it is
-        # greater than every name of a smaller id: that name is the newest checkpoint.
-        newest = _keys.checkpoint_id_of(greatest) if greatest and "~" not in greatest else None
-        if newest is None:
-            yield from _newest_first(self._unsorted_checkpoint_ids(thread_id, checkpoint_ns))
-            return
-        yield newest
-        yield from (i for i in self._checkpoint_ids(thread_id, checkpoint_ns) if i != newest)
-
-    def _checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> builtins.list[str]:
-        """Checkpoint ids of one namespace, newest first, from names alone (no file is read)."""
-        ids = self._unsorted_checkpoint_ids(thread_id, checkpoint_ns)
-        ids.sort(reverse=True)
-        return ids
-
-    def _unsorted_checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> builtins.list[str]:
-        prefix = _keys.checkpoints_prefix(thread_id, checkpoint_ns)
-        ids, others = _keys.split_checkpoint_names(self.storage.list(prefix))
-        for name in others:
-            checkpoint_id = _keys.checkpoint_id_of(name)
-            if checkpoint_id is None and name.endswith(_keys.CHECKPOINT_SUFFIX):
-                checkpoint_id = self._id_from_header(f"{prefix}/{name}")
-            if checkpoint_id is not None:
-                ids.append(checkpoint_id)
-        return ids
-
-    def _id_from_header(self, key: str) -> str | None:
-        # long ids are stored under a hashed name; the record's header says which id it is
-        try:
-            data = self.storage.read(key)
-        except OSError as exc:
-            self.reporter.unreadable(key, exc)
-            return None
-        if data is None:
-            return None
-        try:
-            return self.codec.read_header(data).identity.get("checkpoint_id")
-        except RecordDamagedError as exc:
-            self.reporter.damaged(key, exc, data)
-            return None
-
-    def _thread_checkpoints(
-        self, thread_id: str, checkpoint_ns: str | None
-    ) -> builtins.list[tuple[str, str]]:
-        namespaces = [checkpoint_ns] if checkpoint_ns is not None else self._namespaces(thread_id)
-        pairs = [(cid, ns) for ns in namespaces for cid in self._checkpoint_ids(thread_id, ns)]
-        pairs.sort(key=lambda pair: pair[0], reverse=True)
-        return pairs
-
-    def _namespaces(self, thread_id: str) -> builtins.list[str]:
-        prefix = _keys.namespaces_prefix(thread_id)
-        namespaces = []
-        for name in self.storage.list(prefix):
-            ns = _keys.decode_segment(name)
-            if ns is None:
-                ns = self._identity_field_under(f"{prefix}/{name}", "checkpoint_ns")
-            if ns is not None:
-                namespaces.append(ns)
-        return sorted(namespaces)
-
-    def _thread_ids(self) -> builtins.list[str]:
-        thread_ids = []
-        for name in self.storage.list("threads"):
-            thread_id = _keys.decode_segment(name)
-            if thread_id is None:
-                thread_id = self._identity_field_under(f"threads/{name}", "thread_id")
-            if thread_id is not None:
-                thread_ids.append(thread_id)
-        return sorted(thread_ids)
-
-    def _identity_field_under(self, prefix: str, field: str) -> str | None:
-        for key in self.storage.walk(prefix):
-            try:
-                data = self.storage.read(key)
-            except OSError as exc:
-                self.reporter.unreadable(key, exc)
-                continue
-            if data is None:
-                continue
-            try:
-                return self.codec.read_header(data).identity[field]
-            except (RecordDamagedError, KeyError):
-                continue
-        return None
 
     # -- writing -----------------------------------------------------------
 
@@ -1078,7 +767,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
     def _merge_writes_record(self, record: WritesRecord) -> None:
         """Keep the regular writes already stored for the task and add those at new indices."""
         key = _keys.writes_key(*_writes_owner(record), record.task_id, record.slot)
-        stored = self._read_writes(key, *_writes_owner(record))
+        stored = self._reader.read_writes(key, *_writes_owner(record))
         if stored is not None:
             known = {idx for idx, _, _ in stored.writes}
             added = [write for write in record.writes if write[0] not in known]
@@ -1115,7 +804,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         if holder_id not in holders:
             key = _keys.checkpoint_key(thread_id, checkpoint_ns, holder_id)
             try:
-                holder = self._read_checkpoint(key, thread_id, checkpoint_ns, holder_id)
+                holder = self._reader.read_checkpoint(key, thread_id, checkpoint_ns, holder_id)
             except _Unusable:
                 holder = None
             holders[holder_id] = holder.values if holder is not None else {}
@@ -1149,7 +838,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         if cached is not None:
             return cached
         try:
-            return self._read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id, stamp)
+            return self._reader.read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id, stamp)
         except _Unusable:
             return None
 
@@ -1502,21 +1191,6 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             raise VerifiedSaverError(
                 f"{self!r} is closed; open a new VerifiedSaver on the same store to continue"
             )
-
-
-def _newest_first(ids: builtins.list[str]) -> Iterator[str]:
-    """``ids`` newest first (as ``sorted(ids, reverse=True)``), sorting only if asked for more
-    than the newest: a read of the latest checkpoint rarely needs a second one, and
-    sorting a long thread's ids cost more than reading its newest record.
-
-    Example:
-        >>> list(_newest_first(["b", "c", "a", "c"]))
-        ['c', 'c', 'b', 'a']
-    """
-    if not ids:
-        return
-    yield max(ids)
-    yield from sorted(ids, reverse=True)[1:]
 
 
 def _writes_owner(record: WritesRecord) -> tuple[str, str, str]:

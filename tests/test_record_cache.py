@@ -15,8 +15,7 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from logtools import view_log
 
-from langgraph_checkpoint_verified import VerifiedSaver, _keys
-from langgraph_checkpoint_verified import saver as saver_module
+from langgraph_checkpoint_verified import VerifiedSaver, _keys, _reads
 from langgraph_checkpoint_verified._record_cache import RecordCache
 from langgraph_checkpoint_verified._records import VALUE_FULL, CheckpointRecord, StoredValue
 
@@ -57,13 +56,13 @@ def put_steps(saver: VerifiedSaver, steps: int) -> list[dict]:
 def decodes(monkeypatch):
     """How many checkpoint records the saver decodes (checksum, decompression, parse)."""
     counted = []
-    real = saver_module.decode_checkpoint
+    real = _reads.decode_checkpoint
 
     def counting(*args, **kwargs):
         counted.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(saver_module, "decode_checkpoint", counting)
+    monkeypatch.setattr(_reads, "decode_checkpoint", counting)
     return counted
 
 

@@ -325,3 +325,36 @@ def test_an_encrypting_serializer_reads_its_kept_values_back(tmp_path):
     reads = [saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"] for _ in range(4)]
     assert all([m.content for m in read] == ["m1", "m2", "m3"] for read in reads)
     assert not mutable_ids(reads[2]) & mutable_ids(reads[3])
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_threads_reading_and_changing_their_copies_at_once_each_get_the_stored_value(
+    tmp_path, backend
+):
+    import threading
+
+    saver = make_saver(backend, tmp_path)
+    put_chat(saver, 5)
+    expected = [f"m{n}" for n in range(1, 6)]
+    start = threading.Barrier(8)
+    wrong: list[Any] = []
+
+    def reader() -> None:
+        start.wait()
+        for _ in range(40):
+            messages = saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"]
+            if [m.content for m in messages] != expected:
+                wrong.append([m.content for m in messages])
+            messages[0].content = "changed"
+            messages[1].additional_kwargs["mine"] = [1]
+            messages.append(HumanMessage("mine"))
+
+    threads = [threading.Thread(target=reader) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+    last = saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"]
+    assert [m.content for m in last] == expected
+    assert all(m.additional_kwargs == {} for m in last)

@@ -28,8 +28,11 @@ may have been acknowledged, so it is reported and kept, never cut off.
 
 from __future__ import annotations
 
+import operator
 import struct
+import sys
 import zlib
+from array import array
 from dataclasses import dataclass
 
 import ormsgpack
@@ -214,32 +217,54 @@ def _next_entry(raw: bytes, view: memoryview, offset: int) -> Entry | None:
 # -- hints -----------------------------------------------------------------------------
 
 HINT_MAGIC = b"LGCH"
-HINT_VERSION = 1
+HINT_VERSION = 2
 _HINT_HEADER = struct.Struct("<4sB3xQQ")
+
+
+@dataclass(frozen=True)
+class HintGroup:
+    """The keys of one directory in a hint: ``parent/name`` is at ``positions[i]``."""
+
+    parent: str
+    names: list[str]
+    positions: list[tuple[int, int]]
+    """(data offset, data size) of each name's record in the log."""
 
 
 def encode_hint(log_inode: int, end: int, entries: list[tuple[str, int, int]]) -> bytes:
     """A saved key directory: which entry data of the log (``log_inode``) each key holds.
 
     Layout: magic ``LGCH``, version (1 byte), 3 reserved bytes, the log's inode
-    (u64) and how many bytes of it the hint covers (u64), a msgpack array of
-    ``[key, data offset, data size]``, and a CRC-32 of everything before it.
+    (u64) and how many bytes of it the hint covers (u64), a msgpack array with
+    one ``[parent, names, positions]`` per directory (its path, the names of the
+    keys in it, and for each name its data offset and data size as two u64
+    little-endian, packed in one bin), and a CRC-32 of everything before it.
+    Grouped by directory, a hint is read into a key directory a directory at a
+    time, not a key at a time.
 
     Example:
-        >>> hint = encode_hint(7, 100, [("threads/t/x", 16, 60)])
+        >>> hint = encode_hint(7, 100, [("threads/t/x", 16, 60), ("threads/t/y", 80, 20)])
         >>> decode_hint(hint, log_inode=7, log_size=120)
-        (100, [('threads/t/x', 16, 60)])
+        (100, [HintGroup(parent='threads/t', names=['x', 'y'], positions=[(16, 60), (80, 20)])])
         >>> decode_hint(hint, log_inode=8, log_size=120) is None  # another file now
         True
     """
-    body = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_inode, end) + ormsgpack.packb(entries)
+    groups: dict[str, tuple[list[str], array[int]]] = {}
+    for key, offset, size in entries:
+        parent, _, name = key.rpartition("/")
+        names, positions = groups.setdefault(parent, ([], array("Q")))
+        names.append(name)
+        positions.extend((offset, size))
+    packed = [
+        [parent, names, _little_endian(positions).tobytes()]
+        for parent, (names, positions) in groups.items()
+    ]
+    body = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_inode, end) + ormsgpack.packb(packed)
     return body + struct.pack("<I", zlib.crc32(body))
 
 
-def decode_hint(
-    data: bytes, log_inode: int, log_size: int
-) -> tuple[int, list[tuple[str, int, int]]] | None:
-    """The hint's coverage and entries, or ``None`` if it is damaged or not of this log."""
+def decode_hint(data: bytes, log_inode: int, log_size: int) -> tuple[int, list[HintGroup]] | None:
+    """The hint's coverage and groups, or ``None`` if it is damaged or not of this log."""
     if len(data) < _HINT_HEADER.size + CHECKSUM_SIZE:
         return None
     (stored,) = struct.unpack_from("<I", data, len(data) - CHECKSUM_SIZE)
@@ -250,9 +275,29 @@ def decode_hint(
         return None
     try:
         raw = ormsgpack.unpackb(data[_HINT_HEADER.size : len(data) - CHECKSUM_SIZE])
-        entries = [(str(k), int(o), int(n)) for k, o, n in raw]
+        groups = [_hint_group(*group, end=end) for group in raw]
     except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
         return None
-    if any(o < 0 or n < 0 or o + n > end for _, o, n in entries):
-        return None
-    return end, entries
+    return end, groups
+
+
+def _hint_group(parent: str, names: list[str], positions: bytes, *, end: int) -> HintGroup:
+    """One group of a hint whose checksum verified; ``ValueError`` or ``TypeError`` if it
+    does not make sense (written by something else)."""
+    # join raises TypeError unless every name is a str
+    if type(parent) is not str or type(positions) is not bytes or "/" in "".join(names):
+        raise ValueError("not a hint group")
+    numbers = _little_endian(array("Q", positions))
+    if len(numbers) != 2 * len(names):
+        raise ValueError("a position for each name")
+    offsets, sizes = numbers[0::2], numbers[1::2]
+    if max(map(operator.add, offsets, sizes), default=0) > end:
+        raise ValueError("a record beyond the part of the log the hint covers")
+    return HintGroup(parent, names, list(zip(offsets, sizes, strict=True)))
+
+
+def _little_endian(numbers: array[int]) -> array[int]:
+    """``numbers`` with their bytes in little-endian order (swapped in place if needed)."""
+    if sys.byteorder == "big":
+        numbers.byteswap()
+    return numbers

@@ -117,6 +117,19 @@ class _KeyDirectory(dict[str, Any]):
                 self.greatest[parent] = name
         super().__setitem__(key, value)
 
+    def add_names(self, parent: str, names: list[str], positions: list[Any]) -> None:
+        """Keys ``parent/name``, none of them in the directory yet, each at its position:
+        a directory at a time (a hint's group), not a key at a time."""
+        if not names:
+            return
+        leaf = self.leaves.get(parent)
+        if leaf is None:
+            leaf = self.leaves[parent] = {}
+            self._add_dir(parent)
+        leaf.update(dict.fromkeys(names))
+        self.greatest.pop(parent, None)  # found again when asked
+        super().update(zip([f"{parent}/{name}" for name in names], positions, strict=True))
+
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
         parent, _, name = key.rpartition("/")
@@ -317,10 +330,9 @@ class FileStorage:
         found = decode_hint(data, os.fstat(fd).st_ino, os.fstat(fd).st_size)
         if found is None:
             return  # stale (the log was compacted since) or damaged: read the log itself
-        end, entries = found
-        index = log.index
-        for key, offset, size in entries:
-            index[key] = (offset, size)
+        end, groups = found
+        for group in groups:
+            log.index.add_names(group.parent, group.names, group.positions)
         log.end = log.hint_end = end
 
     def _write_hint(self, log: _ThreadLog) -> None:

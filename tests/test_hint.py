@@ -75,3 +75,57 @@ def test_no_hint_for_a_log_with_damage_in_it(tmp_path):
     assert VerifiedSaver(root).get_tuple(THREAD).metadata["step"] == 1499
     assert not (root / "threads/t" / HINT_NAME).exists()
     assert not VerifiedSaver(root).verify(thread_id="t").ok
+
+
+def test_a_hint_of_the_first_layout_is_ignored_and_replaced(tmp_path):
+    """Version 1 listed ``[key, offset, size]`` one key at a time; version 2 groups keys
+    by directory. A version 1 hint is read past, and the next reader leaves a new one."""
+    import struct
+    import zlib
+
+    import ormsgpack
+
+    from langgraph_checkpoint_verified._entries import HINT_MAGIC, decode_hint
+
+    root = tmp_path / "store"
+    fill(VerifiedSaver(root, fsync=False), 1500)
+    log, hint = root / "threads/t/log", root / "threads/t" / HINT_NAME
+    newest_step(root)
+    stat = log.stat()
+    keys = [(key, 0, 0) for key in ("threads/t/ns/~/checkpoints/x.ckpt",)]
+    body = struct.pack("<4sB3xQQ", HINT_MAGIC, 1, stat.st_ino, stat.st_size)
+    body += ormsgpack.packb(keys)
+    hint.write_bytes(body + struct.pack("<I", zlib.crc32(body)))
+    assert decode_hint(hint.read_bytes(), stat.st_ino, stat.st_size) is None
+    assert newest_step(root) == 1499
+    assert len(list(VerifiedSaver(root).list(THREAD))) == 1500
+    assert decode_hint(hint.read_bytes(), stat.st_ino, stat.st_size) is not None
+
+
+def test_a_hint_whose_checksum_holds_but_whose_groups_make_no_sense_is_ignored():
+    import struct
+    import zlib
+
+    import ormsgpack
+
+    from langgraph_checkpoint_verified._entries import HINT_MAGIC, HINT_VERSION, decode_hint
+
+    def hint(groups) -> bytes:
+        body = struct.pack("<4sB3xQQ", HINT_MAGIC, HINT_VERSION, 7, 100) + ormsgpack.packb(groups)
+        return body + struct.pack("<I", zlib.crc32(body))
+
+    def positions(*numbers: int) -> bytes:
+        return struct.pack(f"<{len(numbers)}Q", *numbers)
+
+    assert decode_hint(hint([["threads/t", ["x"], positions(16, 60)]]), 7, 120) is not None
+    for groups in (
+        [["threads/t", ["x/y"], positions(16, 60)]],  # a name is one path segment
+        [["threads/t", ["x", "y"], positions(16, 60)]],  # a position for each name
+        [["threads/t", ["x"], positions(16, 600)]],  # beyond what the hint covers
+        [["threads/t", [3], positions(16, 60)]],  # names are strings
+        [[5, ["x"], positions(16, 60)]],
+        [["threads/t", ["x"], [16, 60]]],
+        [["threads/t", ["x"]]],
+        "not a list of groups",
+    ):
+        assert decode_hint(hint(groups), 7, 120) is None, groups

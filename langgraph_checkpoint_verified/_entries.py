@@ -33,6 +33,7 @@ import struct
 import sys
 import zlib
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ormsgpack
@@ -217,83 +218,157 @@ def _next_entry(raw: bytes, view: memoryview, offset: int) -> Entry | None:
 # -- hints -----------------------------------------------------------------------------
 
 HINT_MAGIC = b"LGCH"
-HINT_VERSION = 2
+HINT_VERSION = 3
+HINT_BLOCK_KEYS = 256
+"""Keys per block: a reader decodes the blocks it needs, not the whole hint."""
 _HINT_HEADER = struct.Struct("<4sB3xQQ")
+_HINT_FOOTER = struct.Struct("<QQI4s")
+_HINT_FOOTER_MAGIC = b"LGCI"
+HINT_MIN_SIZE = _HINT_HEADER.size + _HINT_FOOTER.size
 
 
 @dataclass(frozen=True)
-class HintGroup:
-    """The keys of one directory in a hint: ``parent/name`` is at ``positions[i]``."""
+class HintIndex:
+    """What a reader takes from a hint when it opens it: its coverage and its blocks."""
 
-    parent: str
-    names: list[str]
-    positions: list[tuple[int, int]]
-    """(data offset, data size) of each name's record in the log."""
+    end: int
+    """How many bytes of the log the hint covers."""
+    first_keys: list[str]
+    """The smallest key of each block, in order: block ``i`` holds the keys from
+    ``first_keys[i]`` up to (not including) ``first_keys[i + 1]``."""
+    blocks: list[tuple[int, int, int]]
+    """Each block's offset in the hint file, size, and CRC-32."""
 
 
 def encode_hint(log_inode: int, end: int, entries: list[tuple[str, int, int]]) -> bytes:
     """A saved key directory: which entry data of the log (``log_inode``) each key holds.
 
-    Layout: magic ``LGCH``, version (1 byte), 3 reserved bytes, the log's inode
-    (u64) and how many bytes of it the hint covers (u64), a msgpack array with
-    one ``[parent, names, positions]`` per directory (its path, the names of the
-    keys in it, and for each name its data offset and data size as two u64
-    little-endian, packed in one bin), and a CRC-32 of everything before it.
-    Grouped by directory, a hint is read into a key directory a directory at a
-    time, not a key at a time.
+    Keys are sorted and cut into blocks of ``HINT_BLOCK_KEYS``, so that a
+    reader finds a key, or the greatest key under a prefix, by reading the
+    index and one block, whatever the number of keys (an SSTable's index
+    block and data blocks). Layout (integers little-endian):
+
+    * header: magic ``LGCH``, version (u8), 3 reserved bytes, the log's inode
+      (u64), how many bytes of the log the hint covers (u64);
+    * the blocks, each a msgpack array ``[keys, positions]``: the block's keys
+      in order, and a bin of two u64 per key, its record's data offset and size;
+    * the index, a msgpack array ``[first_keys, blocks]``: each block's first
+      key, and a bin of three u64 per block, its offset, size and CRC-32;
+    * footer: the index's offset (u64) and size (u64), a CRC-32 of the header
+      and the index (u32), magic ``LGCI``.
 
     Example:
-        >>> hint = encode_hint(7, 100, [("threads/t/x", 16, 60), ("threads/t/y", 80, 20)])
-        >>> decode_hint(hint, log_inode=7, log_size=120)
-        (100, [HintGroup(parent='threads/t', names=['x', 'y'], positions=[(16, 60), (80, 20)])])
-        >>> decode_hint(hint, log_inode=8, log_size=120) is None  # another file now
+        >>> hint = encode_hint(7, 100, [("threads/t/y", 80, 20), ("threads/t/x", 16, 60)])
+        >>> index = decode_hint_index(hint, log_inode=7, log_size=120)
+        >>> index.first_keys, hint_block(hint, index, 0)
+        (['threads/t/x'], [('threads/t/x', (16, 60)), ('threads/t/y', (80, 20))])
+        >>> decode_hint_index(hint, log_inode=8, log_size=120) is None  # another file now
         True
     """
-    groups: dict[str, tuple[list[str], array[int]]] = {}
-    for key, offset, size in entries:
-        parent, _, name = key.rpartition("/")
-        names, positions = groups.setdefault(parent, ([], array("Q")))
-        names.append(name)
-        positions.extend((offset, size))
-    packed = [
-        [parent, names, _little_endian(positions).tobytes()]
-        for parent, (names, positions) in groups.items()
-    ]
-    body = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_inode, end) + ormsgpack.packb(packed)
-    return body + struct.pack("<I", zlib.crc32(body))
+    header = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_inode, end)
+    ordered = sorted(entries)
+    parts = [header]
+    offset = len(header)
+    first_keys: list[str] = []
+    spans = array("Q")
+    for start in range(0, len(ordered), HINT_BLOCK_KEYS):
+        chunk = ordered[start : start + HINT_BLOCK_KEYS]
+        positions = array("Q")
+        for _, data_offset, data_size in chunk:
+            positions.extend((data_offset, data_size))
+        block = ormsgpack.packb([[key for key, _, _ in chunk], _little_endian(positions).tobytes()])
+        first_keys.append(chunk[0][0])
+        spans.extend((offset, len(block), zlib.crc32(block)))
+        parts.append(block)
+        offset += len(block)
+    index = ormsgpack.packb([first_keys, _little_endian(spans).tobytes()])
+    footer = _HINT_FOOTER.pack(
+        offset, len(index), zlib.crc32(index, zlib.crc32(header)), _HINT_FOOTER_MAGIC
+    )
+    return b"".join([*parts, index, footer])
 
 
-def decode_hint(data: bytes, log_inode: int, log_size: int) -> tuple[int, list[HintGroup]] | None:
-    """The hint's coverage and groups, or ``None`` if it is damaged or not of this log."""
-    if len(data) < _HINT_HEADER.size + CHECKSUM_SIZE:
+def decode_hint_index(
+    data: bytes | Callable[[int, int], bytes], log_inode: int, log_size: int, size: int = -1
+) -> HintIndex | None:
+    """The hint's coverage and block index, or ``None`` if it is damaged or not of this log.
+
+    ``data`` is the hint's bytes, or a function reading ``(size, offset)`` of a
+    hint file of ``size`` bytes: only the header, the footer and the index are read.
+    """
+    read = _reader(data)
+    if size < 0:
+        size = len(data)  # type: ignore[arg-type]
+    if size < HINT_MIN_SIZE:
         return None
-    (stored,) = struct.unpack_from("<I", data, len(data) - CHECKSUM_SIZE)
-    if zlib.crc32(memoryview(data)[: len(data) - CHECKSUM_SIZE]) != stored:
+    header = read(_HINT_HEADER.size, 0)
+    footer = read(_HINT_FOOTER.size, size - _HINT_FOOTER.size)
+    if len(header) != _HINT_HEADER.size or len(footer) != _HINT_FOOTER.size:
         return None
-    magic, version, inode, end = _HINT_HEADER.unpack_from(data, 0)
-    if magic != HINT_MAGIC or version != HINT_VERSION or inode != log_inode or end > log_size:
+    magic, version, inode, end = _HINT_HEADER.unpack(header)
+    index_offset, index_size, stored, footer_magic = _HINT_FOOTER.unpack(footer)
+    if (
+        magic != HINT_MAGIC
+        or footer_magic != _HINT_FOOTER_MAGIC
+        or version != HINT_VERSION
+        or inode != log_inode
+        or end > log_size
+        or index_offset + index_size != size - _HINT_FOOTER.size
+    ):
+        return None
+    index = read(index_size, index_offset)
+    if len(index) != index_size or zlib.crc32(index, zlib.crc32(header)) != stored:
         return None
     try:
-        raw = ormsgpack.unpackb(data[_HINT_HEADER.size : len(data) - CHECKSUM_SIZE])
-        groups = [_hint_group(*group, end=end) for group in raw]
+        first_keys, packed = ormsgpack.unpackb(index)
+        spans = _little_endian(array("Q", packed))
+        if (
+            type(first_keys) is not list
+            or len(spans) != 3 * len(first_keys)
+            or "".join(first_keys) is None  # TypeError unless every key is a str
+            or first_keys != sorted(first_keys)
+            or any(o + n > index_offset for o, n in zip(spans[0::3], spans[1::3], strict=True))
+        ):
+            return None
     except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
         return None
-    return end, groups
+    blocks = list(zip(spans[0::3], spans[1::3], spans[2::3], strict=True))
+    return HintIndex(end, first_keys, blocks)
 
 
-def _hint_group(parent: str, names: list[str], positions: bytes, *, end: int) -> HintGroup:
-    """One group of a hint whose checksum verified; ``ValueError`` or ``TypeError`` if it
-    does not make sense (written by something else)."""
-    # join raises TypeError unless every name is a str
-    if type(parent) is not str or type(positions) is not bytes or "/" in "".join(names):
-        raise ValueError("not a hint group")
-    numbers = _little_endian(array("Q", positions))
-    if len(numbers) != 2 * len(names):
-        raise ValueError("a position for each name")
-    offsets, sizes = numbers[0::2], numbers[1::2]
-    if max(map(operator.add, offsets, sizes), default=0) > end:
-        raise ValueError("a record beyond the part of the log the hint covers")
-    return HintGroup(parent, names, list(zip(offsets, sizes, strict=True)))
+def hint_block(
+    data: bytes | Callable[[int, int], bytes], index: HintIndex, number: int
+) -> list[tuple[str, tuple[int, int]]] | None:
+    """Block ``number``'s keys, each with its record's (data offset, data size), in order;
+    ``None`` if the block does not verify or does not fit the index."""
+    offset, size, crc = index.blocks[number]
+    block = _reader(data)(size, offset)
+    if len(block) != size or zlib.crc32(block) != crc:
+        return None
+    upper = index.first_keys[number + 1] if number + 1 < len(index.first_keys) else None
+    try:
+        keys, packed = ormsgpack.unpackb(block)
+        numbers = _little_endian(array("Q", packed))
+        offsets, sizes = numbers[0::2], numbers[1::2]
+        if (
+            type(keys) is not list
+            or not keys
+            or len(numbers) != 2 * len(keys)
+            or keys[0] != index.first_keys[number]
+            or (upper is not None and keys[-1] >= upper)
+            or keys != sorted(keys)
+            or max(map(operator.add, offsets, sizes)) > index.end
+        ):
+            return None
+    except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
+        return None
+    return list(zip(keys, zip(offsets, sizes, strict=True), strict=True))
+
+
+def _reader(data: bytes | Callable[[int, int], bytes]) -> Callable[[int, int], bytes]:
+    if callable(data):
+        return data
+    return lambda size, offset: data[offset : offset + size]
 
 
 def _little_endian(numbers: array[int]) -> array[int]:

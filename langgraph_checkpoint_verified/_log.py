@@ -9,7 +9,11 @@ no directory sync. A log is created (and its directory synced) once per thread.
 This is Bitcask's design: each process keeps, per thread it touched, a key
 directory (key -> where its latest entry's data lies), built by reading the
 log once and brought up to date by reading only what was appended since
-(another process's appends included). Deleting appends a tombstone.
+(another process's appends included). Deleting appends a tombstone. A process
+that read a long log leaves a hint beside it (``log.hint``: every key's
+position, sorted, in blocks with an index, like an SSTable's): the next process
+reads the hint's index, the blocks it needs as it needs them, and the log from
+where the hint ends.
 ``compact`` writes the live entries to a new file, syncs it and renames it
 over the log, so a crash leaves the old log or the new one; readers notice the
 new file by its inode and read it afresh.
@@ -27,6 +31,7 @@ entries, and ``compact`` folds them into the log.
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import itertools
 import os
@@ -34,7 +39,7 @@ import secrets
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +50,11 @@ from langgraph_checkpoint_verified._entries import (
     DELETE,
     PUT,
     DamagedSpan,
-    decode_hint,
+    HintIndex,
+    decode_hint_index,
     encode_entry,
     encode_hint,
+    hint_block,
     scan,
 )
 from langgraph_checkpoint_verified._keys import TEMP_PREFIX
@@ -71,6 +78,7 @@ HINT_AFTER_BYTES = 256 * 1024
 HINT_EVERY_BYTES = 4 * 1024 * 1024
 """...and refreshes it once the log has grown this much past it."""
 _OPEN_LOGS = 256
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _OPENINGS = itertools.count(1)
 
 _InLog = tuple[int, int]
@@ -184,6 +192,177 @@ class _KeyDirectory(dict[str, Any]):
                 return None
             greatest = self.greatest[prefix] = max(names)
         return greatest
+
+
+class _HintedDirectory(_KeyDirectory):
+    """A key directory taken from a hint a block at a time, as it is used.
+
+    Opening a thread reads the hint's index; the blocks a call needs are read
+    and verified when it needs them: the block of a key looked up, written or
+    deleted (so a block read later never holds a key changed since), the blocks
+    of a prefix listed, the last blocks of a prefix whose greatest name is asked
+    for. Whatever needs every key (iterating, counting) reads every block. A
+    block that does not verify, or a hint file replaced since its index was
+    read, makes the directory read the log itself instead.
+
+    Args:
+        hint_path: The hint file.
+        hint_identity: Its (inode, size) when its index was read.
+        index: Its index.
+        rescan: Reads the whole log into a new, complete directory.
+    """
+
+    def __init__(
+        self,
+        hint_path: str,
+        hint_identity: tuple[int, int],
+        index: HintIndex,
+        rescan: Callable[[], _KeyDirectory],
+    ) -> None:
+        super().__init__()
+        self._hint_path = hint_path
+        self._hint_identity = hint_identity
+        self._index: HintIndex | None = index
+        self._unread = set(range(len(index.blocks)))
+        self._rescan = rescan
+        if not self._unread:
+            self._index = None
+
+    # -- reading blocks -------------------------------------------------------------------
+
+    def _read_blocks(self, numbers: Iterable[int]) -> None:
+        for number in numbers:
+            if self._index is None:
+                return
+            if number not in self._unread:
+                continue
+            items = hint_block(self._read_hint, self._index, number)
+            if items is None:
+                self._adopt(self._rescan())
+                return
+            self._unread.discard(number)
+            for parent, group in itertools.groupby(items, lambda item: item[0].rpartition("/")[0]):
+                keys_and_positions = builtins.list(group)
+                names = [key.rpartition("/")[2] for key, _ in keys_and_positions]
+                self.add_names(parent, names, [where for _, where in keys_and_positions])
+        if self._index is not None and not self._unread:
+            self._index = None  # every block read: a plain directory from now on
+
+    def _read_hint(self, size: int, offset: int) -> bytes:
+        """Bytes of the hint file the index was read from; none if it is another file now."""
+        try:
+            fd = os.open(self._hint_path, os.O_RDONLY | _CLOEXEC)
+        except OSError:
+            return b""
+        try:
+            st = os.fstat(fd)
+            if (st.st_ino, st.st_size) != self._hint_identity:
+                return b""  # replaced: a hint does not verify against another's index
+            return os.pread(fd, size, offset)
+        finally:
+            os.close(fd)
+
+    def _block_of(self, key: str) -> int:
+        assert self._index is not None
+        return max(bisect.bisect_right(self._index.first_keys, key) - 1, 0)
+
+    def _blocks_between(self, low: str, high: str) -> range:
+        """The blocks that may hold keys ``low <= key < high``."""
+        assert self._index is not None
+        return range(self._block_of(low), bisect.bisect_left(self._index.first_keys, high))
+
+    def _for_key(self, key: str) -> None:
+        if self._index is not None:
+            self._read_blocks((self._block_of(key),))
+
+    def _for_prefix(self, prefix: str) -> None:
+        if self._index is not None:
+            self._read_blocks(self._blocks_between(f"{prefix}/", f"{prefix}0"))  # "0" follows "/"
+
+    def _for_all(self) -> None:
+        if self._index is not None:
+            self._read_blocks(sorted(self._unread))
+
+    def _adopt(self, complete: _KeyDirectory) -> None:
+        """Become ``complete`` (the log read in full), dropping the hint."""
+        self._index = None
+        self._unread = set()
+        dict.clear(self)
+        dict.update(self, complete)
+        self.leaves, self.subdirs, self.greatest = (
+            complete.leaves,
+            complete.subdirs,
+            complete.greatest,
+        )
+
+    # -- the directory ---------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._for_key(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self._for_key(key)
+        return super().__contains__(key)
+
+    def __getitem__(self, key: str) -> Any:
+        self._for_key(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._for_key(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._for_key(key)
+        super().__delitem__(key)
+
+    def __len__(self) -> int:
+        self._for_all()
+        return super().__len__()
+
+    def __iter__(self) -> Iterator[str]:
+        self._for_all()
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        self._for_all()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._for_all()
+        return super().values()
+
+    def items(self) -> Any:
+        self._for_all()
+        return super().items()
+
+    def names_under(self, prefix: str) -> builtins.list[str]:
+        self._for_prefix(prefix)
+        return super().names_under(prefix)
+
+    def keys_under(self, prefix: str) -> builtins.list[str]:
+        self._for_prefix(prefix)
+        return super().keys_under(prefix)
+
+    def greatest_name_under(self, prefix: str) -> str | None:
+        # the last blocks first: once the greatest name known is at or past the start of
+        # the blocks read, no block before them can hold a greater one
+        while self._index is not None:
+            pending = [
+                n for n in self._blocks_between(f"{prefix}/", f"{prefix}0") if n in self._unread
+            ]
+            if not pending:
+                break
+            last = pending[-1]
+            self._read_blocks((last,))
+            if self._index is None:
+                break
+            greatest = super().greatest_name_under(prefix)
+            if greatest is not None and f"{prefix}/{greatest}" >= self._index.first_keys[last]:
+                break
+        return super().greatest_name_under(prefix)
 
 
 class _DamagedEntry(NamedTuple):
@@ -321,19 +500,45 @@ class FileStorage:
             self._write_hint(log)
 
     def _read_hint(self, log: _ThreadLog, fd: int) -> None:
-        """Take the key directory from the log's hint, if it is intact and of this log."""
+        """Take the key directory from the log's hint, if it is intact and of this log:
+        its index now, its blocks as they are used (``_HintedDirectory``)."""
+        path = f"{log.directory}/{HINT_NAME}"
         try:
-            with open(f"{log.directory}/{HINT_NAME}", "rb") as f:
-                data = f.read()
+            hint_fd = os.open(path, os.O_RDONLY | _CLOEXEC)
         except OSError:
             return
-        found = decode_hint(data, os.fstat(fd).st_ino, os.fstat(fd).st_size)
-        if found is None:
+        try:
+            hint_stat, log_stat = os.fstat(hint_fd), os.fstat(fd)
+            index = decode_hint_index(
+                lambda size, offset: os.pread(hint_fd, size, offset),
+                log_stat.st_ino,
+                log_stat.st_size,
+                size=hint_stat.st_size,
+            )
+        except OSError:
+            index = None
+        finally:
+            os.close(hint_fd)
+        if index is None:
             return  # stale (the log was compacted since) or damaged: read the log itself
-        end, groups = found
-        for group in groups:
-            log.index.add_names(group.parent, group.names, group.positions)
-        log.end = log.hint_end = end
+        log.index = _HintedDirectory(
+            path,
+            (hint_stat.st_ino, hint_stat.st_size),
+            index,
+            lambda: self._read_whole(log),
+        )
+        log.end = log.hint_end = index.end
+
+    def _read_whole(self, log: _ThreadLog) -> _KeyDirectory:
+        """The key directory of the log up to where it was read, from the log alone (a
+        block of its hint did not verify)."""
+        scratch = _ThreadLog(log.directory)
+        scratch.fd, scratch.ino, scratch.built = log.fd, log.ino, True
+        assert log.fd is not None
+        self._read_tail(scratch, log.fd, log.end)  # leaves a new hint, as any full read
+        log.spans = scratch.spans
+        log.hint_end = scratch.hint_end
+        return scratch.index
 
     def _write_hint(self, log: _ThreadLog) -> None:
         """Save the key directory beside the log, so the next process reads less of it.

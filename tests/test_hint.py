@@ -7,11 +7,28 @@ says, or whatever became of it, the records read are the ones the log holds.
 from __future__ import annotations
 
 import os
+import random
+import struct
+import zlib
 
+import ormsgpack
+import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._log import HINT_AFTER_BYTES, HINT_NAME
+from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
+from langgraph_checkpoint_verified._entries import (
+    HINT_MAGIC,
+    HINT_VERSION,
+    decode_hint_index,
+    encode_hint,
+    hint_block,
+)
+from langgraph_checkpoint_verified._log import (
+    HINT_AFTER_BYTES,
+    HINT_NAME,
+    _HintedDirectory,
+    _KeyDirectory,
+)
 
 THREAD = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
@@ -77,55 +94,166 @@ def test_no_hint_for_a_log_with_damage_in_it(tmp_path):
     assert not VerifiedSaver(root).verify(thread_id="t").ok
 
 
-def test_a_hint_of_the_first_layout_is_ignored_and_replaced(tmp_path):
-    """Version 1 listed ``[key, offset, size]`` one key at a time; version 2 groups keys
-    by directory. A version 1 hint is read past, and the next reader leaves a new one."""
-    import struct
-    import zlib
-
-    import ormsgpack
-
-    from langgraph_checkpoint_verified._entries import HINT_MAGIC, decode_hint
-
+def test_a_hint_of_an_earlier_layout_is_ignored_and_replaced(tmp_path):
+    """Version 1 listed ``[key, offset, size]`` a key at a time, version 2 a directory at a
+    time; both were read whole. Either is read past, and the next reader leaves a new one."""
     root = tmp_path / "store"
     fill(VerifiedSaver(root, fsync=False), 1500)
     log, hint = root / "threads/t/log", root / "threads/t" / HINT_NAME
     newest_step(root)
     stat = log.stat()
-    keys = [(key, 0, 0) for key in ("threads/t/ns/~/checkpoints/x.ckpt",)]
-    body = struct.pack("<4sB3xQQ", HINT_MAGIC, 1, stat.st_ino, stat.st_size)
-    body += ormsgpack.packb(keys)
-    hint.write_bytes(body + struct.pack("<I", zlib.crc32(body)))
-    assert decode_hint(hint.read_bytes(), stat.st_ino, stat.st_size) is None
-    assert newest_step(root) == 1499
-    assert len(list(VerifiedSaver(root).list(THREAD))) == 1500
-    assert decode_hint(hint.read_bytes(), stat.st_ino, stat.st_size) is not None
-
-
-def test_a_hint_whose_checksum_holds_but_whose_groups_make_no_sense_is_ignored():
-    import struct
-    import zlib
-
-    import ormsgpack
-
-    from langgraph_checkpoint_verified._entries import HINT_MAGIC, HINT_VERSION, decode_hint
-
-    def hint(groups) -> bytes:
-        body = struct.pack("<4sB3xQQ", HINT_MAGIC, HINT_VERSION, 7, 100) + ormsgpack.packb(groups)
-        return body + struct.pack("<I", zlib.crc32(body))
-
-    def positions(*numbers: int) -> bytes:
-        return struct.pack(f"<{len(numbers)}Q", *numbers)
-
-    assert decode_hint(hint([["threads/t", ["x"], positions(16, 60)]]), 7, 120) is not None
-    for groups in (
-        [["threads/t", ["x/y"], positions(16, 60)]],  # a name is one path segment
-        [["threads/t", ["x", "y"], positions(16, 60)]],  # a position for each name
-        [["threads/t", ["x"], positions(16, 600)]],  # beyond what the hint covers
-        [["threads/t", [3], positions(16, 60)]],  # names are strings
-        [[5, ["x"], positions(16, 60)]],
-        [["threads/t", ["x"], [16, 60]]],
-        [["threads/t", ["x"]]],
-        "not a list of groups",
+    key = "threads/t/ns/~/checkpoints/x.ckpt"
+    for version, body in (
+        (1, [(key, 0, 0)]),
+        (2, [["threads/t/ns/~/checkpoints", ["x.ckpt"], struct.pack("<QQ", 0, 0)]]),
     ):
-        assert decode_hint(hint(groups), 7, 120) is None, groups
+        data = struct.pack("<4sB3xQQ", HINT_MAGIC, version, stat.st_ino, stat.st_size)
+        data += ormsgpack.packb(body)
+        hint.write_bytes(data + struct.pack("<I", zlib.crc32(data)))
+        assert decode_hint_index(hint.read_bytes(), stat.st_ino, stat.st_size) is None
+        assert newest_step(root) == 1499
+        assert len(list(VerifiedSaver(root).list(THREAD))) == 1500
+        assert decode_hint_index(hint.read_bytes(), stat.st_ino, stat.st_size) is not None
+
+
+def raw_hint(blocks: list[tuple[list, bytes]], first_keys: list | None = None) -> bytes:
+    """A version 3 hint of these blocks, every checksum right, whatever the blocks hold."""
+    header = struct.pack("<4sB3xQQ", HINT_MAGIC, HINT_VERSION, 7, 100)
+    parts, spans, offset = [header], b"", len(header)
+    for keys, positions in blocks:
+        block = ormsgpack.packb([keys, positions])
+        spans += struct.pack("<QQQ", offset, len(block), zlib.crc32(block))
+        parts.append(block)
+        offset += len(block)
+    if first_keys is None:
+        first_keys = [keys[0] for keys, _ in blocks]
+    index = ormsgpack.packb([first_keys, spans])
+    footer = struct.pack(
+        "<QQI4s", offset, len(index), zlib.crc32(index, zlib.crc32(header)), b"LGCI"
+    )
+    return b"".join([*parts, index, footer])
+
+
+def positions(*numbers: int) -> bytes:
+    return struct.pack(f"<{len(numbers)}Q", *numbers)
+
+
+def test_a_hint_block_whose_checksum_holds_but_that_makes_no_sense_is_refused():
+    good = raw_hint([(["a/x", "a/y"], positions(16, 10, 30, 10)), (["a/z"], positions(50, 5))])
+    index = decode_hint_index(good, 7, 120)
+    assert [hint_block(good, index, n) for n in (0, 1)] == [
+        [("a/x", (16, 10)), ("a/y", (30, 10))],
+        [("a/z", (50, 5))],
+    ]
+    for blocks, first_keys in (
+        ([(["a/y", "a/x"], positions(16, 10, 30, 10))], None),  # not in order
+        ([(["a/x"], positions(16, 10))], ["a/w"]),  # not the key the index names
+        ([(["a/x", "a/z"], positions(16, 10, 30, 10)), (["a/y"], positions(5, 5))], None),
+        ([(["a/x"], positions(16, 600))], None),  # beyond what the hint covers
+        ([(["a/x", "a/y"], positions(16, 10))], None),  # a position for each key
+        ([([3], positions(16, 10))], [3]),  # keys are strings
+        ([([], b"")], ["a"]),
+    ):
+        hint = raw_hint(blocks, first_keys)
+        index = decode_hint_index(hint, 7, 120)
+        assert index is None or hint_block(hint, index, 0) is None, blocks
+
+
+def test_a_block_damaged_after_the_hint_was_opened_sends_the_reader_to_the_log(
+    tmp_path, monkeypatch
+):
+    whole_reads = []
+    read_whole = FileStorage._read_whole
+    monkeypatch.setattr(
+        FileStorage, "_read_whole", lambda self, log: whole_reads.append(1) or read_whole(self, log)
+    )
+    root = tmp_path / "store"
+    fill(VerifiedSaver(root, fsync=False), 1500)
+    newest_step(root)  # leaves a hint
+    reader = VerifiedSaver(root)
+    assert reader.get_tuple(THREAD).metadata["step"] == 1499  # the index and a few blocks
+    hint = root / "threads/t" / HINT_NAME
+    data = bytearray(hint.read_bytes())
+    index = decode_hint_index(bytes(data), os.stat(root / "threads/t/log").st_ino, 10**12)
+    offset, size, _ = index.blocks[0]
+    with open(hint, "r+b") as f:  # the same file the reader holds open
+        f.seek(offset + size // 2)
+        f.write(bytes([data[offset + size // 2] ^ 0xFF]))
+    assert whole_reads == []
+    assert len(list(reader.list(THREAD))) == 1500  # every block: the first fails, the log is read
+    assert whole_reads == [1]
+    assert reader.get_tuple(THREAD).metadata["step"] == 1499
+    assert reader.stats.damaged_records == 0  # a hint is no record: nothing to report
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(tmp_path, seed):
+    """Random lookups, writes, deletions and listings, on a directory filled whole and on
+    one taken from a hint as it is used: every answer the same. Short runs, each on a new
+    directory, so that most answers come while most blocks are still unread."""
+    rng = random.Random(seed)
+    checkpoints = [f"1f0{n:05d}" for n in range(700)]
+    keys = [f"threads/t/ns/~/checkpoints/{c}.ckpt" for c in checkpoints]
+    keys += [f"threads/t/ns/~/writes/{c}/task{n}.0" for c in checkpoints[::3] for n in range(2)]
+    keys += [f"threads/t/ns/sub/checkpoints/{c}.ckpt" for c in checkpoints[::7]]
+    keys += [f"threads/t/tools/call{n}.tool" for n in range(40)]
+    # a directory with names of its own, then more than a block of deeper keys
+    keys += [f"threads/t/mixed/a{n:04d}" for n in range(300)]
+    keys += [f"threads/t/mixed/z/{n:04d}" for n in range(600)]
+    positions = {key: (n * 10, 10) for n, key in enumerate(keys)}
+    hint = tmp_path / HINT_NAME
+    hint.write_bytes(encode_hint(1, 10**9, [(k, *where) for k, where in positions.items()]))
+    index = decode_hint_index(hint.read_bytes(), 1, 10**9)
+    assert len(index.blocks) > 6
+    stat = hint.stat()
+
+    def unexpected_rescan():
+        raise AssertionError("every block verifies: no reason to read the log")
+
+    narrow = [
+        "threads/t/ns/~/checkpoints",
+        "threads/t/ns/sub/checkpoints",
+        "threads/t/tools",
+        "threads/t/ns/none",
+        "threads/t/mixed",
+        *(f"threads/t/ns/~/writes/{c}" for c in rng.sample(checkpoints, 20)),
+    ]
+    broad = ["threads/t", "threads/t/ns", "threads/t/ns/~", "threads/t/ns/~/writes"]
+    newer = [f"threads/t/ns/~/checkpoints/2f0{n:05d}.ckpt" for n in range(20)]
+    older = [f"threads/t/ns/~/checkpoints/0f0{n:05d}.ckpt" for n in range(20)]
+    older += [f"threads/t/mixed/0{n}" for n in range(20)]
+    unread_answers = 0
+    for _ in range(30):
+        lazy = _HintedDirectory(str(hint), (stat.st_ino, stat.st_size), index, unexpected_rescan)
+        whole = _KeyDirectory()
+        for key, where in positions.items():
+            whole[key] = where
+        for step in range(12):
+            # a run starts with a question, asked of a directory with no block read
+            action = rng.randrange(2, 7) if step == 0 else rng.randrange(7)
+            key = rng.choice([*rng.sample(keys, 3), rng.choice(newer), rng.choice(older)])
+            prefix = rng.choice(narrow)
+            if action == 0:
+                lazy[key] = whole[key] = (step, 1)
+            elif action == 1:
+                # the greatest and the smallest names go too, now and then
+                key = rng.choice([key, f"{prefix}/{whole.greatest_name_under(prefix)}"])
+                if key in whole:
+                    del lazy[key]
+                    del whole[key]
+            elif action == 2:
+                assert lazy.get(key) == whole.get(key)
+                assert (key in lazy) == (key in whole)
+            elif action == 3:
+                assert sorted(lazy.names_under(prefix)) == sorted(whole.names_under(prefix))
+            elif action == 4:
+                assert sorted(lazy.keys_under(prefix)) == sorted(whole.keys_under(prefix))
+            else:
+                assert lazy.greatest_name_under(prefix) == whole.greatest_name_under(prefix)
+            unread_answers += lazy._index is not None
+        prefix = rng.choice(broad)
+        assert sorted(lazy.keys_under(prefix)) == sorted(whole.keys_under(prefix))
+        assert sorted(lazy.names_under(prefix)) == sorted(whole.names_under(prefix))
+        assert dict(lazy.items()) == dict(whole.items())
+        assert len(lazy) == len(whole)
+    assert unread_answers > 300  # most answers came with blocks still unread

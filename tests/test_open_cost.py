@@ -203,3 +203,26 @@ def test_records_read_do_not_grow_with_the_number_of_checkpoints(tmp_path, monke
         assert len(scans) <= 1
         counts.append(len(records))
     assert counts[1] <= counts[0] + 1
+
+
+def test_opening_a_thread_from_its_hint_reads_little_more_of_it_for_a_longer_thread(
+    tmp_path, monkeypatch
+):
+    """The hint names every key's position, so it grows with the thread; opening the thread
+    reads its index and the few blocks the newest checkpoint needs, not all of it."""
+    read_and_size = []
+    for checkpoints in (1_000, 6_000):
+        root = tmp_path / f"store-{checkpoints}"
+        build_store(root, checkpoints, other_threads=0)
+        VerifiedSaver(root).get_tuple(LONG)  # reads the whole log, and leaves a hint
+        hint = log_of(root, "long").parent / HINT_NAME
+        counter = ReadCounter(monkeypatch)
+        assert VerifiedSaver(root).get_tuple(LONG).metadata["step"] == checkpoints - 1
+        _, reads = counter.take()
+        monkeypatch.undo()
+        read = sum(size for path, _, size in reads if path == str(hint))
+        read_and_size.append((read, hint.stat().st_size))
+    (small_read, small_size), (large_read, large_size) = read_and_size
+    assert large_size > 5 * small_size
+    assert large_read < large_size / 10
+    assert large_read - small_read < (large_size - small_size) / 20

@@ -21,9 +21,10 @@ digests (or MACs) and identity, as for every record.
 incomplete entry at the end is a torn tail (a write cut short by a crash),
 ignored and later cut off by the next writer; a damaged stretch followed by
 intact entries is damage in the middle, reported with its bytes, and the scan
-resynchronizes on the next entry that verifies. A last entry that is complete
-by its own header but fails its checksum is damage too, not a torn tail: it
-may have been acknowledged, so it is reported and kept, never cut off.
+resynchronizes on the next entry that verifies. Entries at the end that are
+complete by their own headers but fail their checksums are damage too, not a
+torn tail: they were written whole and may have been acknowledged, so they are
+reported and kept, never cut off; only what follows them can be a torn tail.
 """
 
 from __future__ import annotations
@@ -147,8 +148,9 @@ def _claimed_key(view: memoryview, offset: int) -> str | None:
 def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[DamagedSpan], int]:
     """Every intact entry of ``data[start:]``, the damaged spans, and where the intact log ends.
 
-    The end is where the last intact entry ends: anything after it is a torn
-    tail, never reported as damage (a writer may be appending it right now).
+    The end is where the last intact entry ends, or the last entry complete by its
+    own header after it: anything after that is a torn tail, never reported as
+    damage (a writer may be appending it right now).
 
     Example:
         >>> log = encode_entry(PUT, "a", b"1") + b"junk" + encode_entry(PUT, "b", b"2")
@@ -170,15 +172,27 @@ def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[Da
             continue
         following = _next_entry(raw, view, offset + 1)
         if following is None:
-            if found == "entry checksum mismatch" and _declared_end(view, offset) == len(view):
-                # Complete, yet wrong: not a write cut short but damage to the last
-                # entry, which may have been acknowledged. Reported, never cut off.
-                damaged.append(DamagedSpan(offset, len(view), _claimed_key(view, offset), found))
-                end = len(view)
-            break  # otherwise nothing intact after it: a torn tail
+            # Nothing intact after it. Entries complete by their own headers were
+            # written whole, and may have been acknowledged: damage, reported and
+            # never cut off. What follows them (an incomplete entry, or bytes that
+            # start none) is a write cut short: a torn tail.
+            complete = _complete_run_end(view, offset)
+            if complete > offset:
+                damaged.extend(_split(raw, view, offset, complete, found))
+                end = complete
+            break
         damaged.extend(_split(raw, view, offset, following.offset, found))
         offset = following.offset
     return entries, damaged, end
+
+
+def _complete_run_end(view: memoryview, offset: int) -> int:
+    """Where the run of entries complete by their own headers, from ``offset``, ends."""
+    while True:
+        declared = _declared_end(view, offset)
+        if declared is None or declared > len(view):
+            return offset
+        offset = declared
 
 
 def _split(raw: bytes, view: memoryview, start: int, end: int, reason: str) -> list[DamagedSpan]:

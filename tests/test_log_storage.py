@@ -338,6 +338,34 @@ def test_a_torn_tail_is_never_read_and_the_next_append_cuts_it(tmp_path):
     assert FileStorage(tmp_path).read(f"{T}/ns/b") == b"next"
 
 
+def test_the_last_entries_damaged_are_damage_not_a_torn_tail(tmp_path):
+    """Entries complete by their own headers up to the end of the log were written whole,
+    and may have been acknowledged: damaged, each is reported, read as its damaged
+    bytes, and kept; the next append goes after them, and only a final incomplete
+    entry (a write cut short) is a torn tail."""
+    storage = FileStorage(tmp_path)
+    for name in "abcd":
+        storage.write(f"{T}/ns/{name}", name.encode() * 50)
+    data = bytearray(log_of(tmp_path).read_bytes())
+    entries = scan(bytes(data))[0]
+    for entry in entries[1:]:  # b, c and d: every entry after a
+        data[entry.data_offset + 10] ^= 0xFF
+    torn = encode_entry(PUT, f"{T}/ns/torn", b"never acknowledged" * 10)[:-7]
+    damaged = bytes(data)
+    log_of(tmp_path).write_bytes(damaged + torn)
+
+    found, spans, end = scan(damaged + torn)
+    assert [e.key for e in found] == [f"{T}/ns/a"]
+    assert [span.key for span in spans] == [f"{T}/ns/{name}" for name in "bcd"]
+    assert end == len(damaged)
+    reader = FileStorage(tmp_path)
+    for entry in entries[1:]:
+        assert reader.read(entry.key) == damaged[entry.offset : entry.end]
+    assert reader.read(f"{T}/ns/torn") is None
+    reader.write(f"{T}/ns/e", b"next")
+    assert log_of(tmp_path).read_bytes() == damaged + encode_entry(PUT, f"{T}/ns/e", b"next")
+
+
 def test_damage_in_the_middle_reads_as_its_key_or_is_reported(tmp_path):
     storage = FileStorage(tmp_path)
     for name in "abcd":

@@ -339,7 +339,7 @@ def decode_hint_index(
         if (
             type(first_keys) is not list
             or len(spans) != 3 * len(first_keys)
-            or "".join(first_keys) is None  # TypeError unless every key is a str
+            or not all(type(key) is str for key in first_keys)
             or first_keys != sorted(first_keys)
             or any(o + n > index_offset for o, n in zip(spans[0::3], spans[1::3], strict=True))
         ):

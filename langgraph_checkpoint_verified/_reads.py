@@ -42,6 +42,7 @@ from langgraph_checkpoint_verified.errors import RecordDamagedError
 from langgraph_checkpoint_verified.recovery import DamageReporter
 
 _MAINTENANCE_RETRIES = 8
+"""Reads again of a checkpoint that prune or delete_for_runs rewrote under the reader."""
 
 
 class RecordReader:

@@ -97,7 +97,6 @@ _ALLOWLIST_CLONES = 64
 """``with_allowlist`` clones kept per saver (a graph and each subgraph ask for one)."""
 
 
-_MAINTENANCE_RETRIES = 8
 _ASYNC_LIST_BATCH = 64
 
 

@@ -48,8 +48,12 @@ $(STAMP_LOWEST): pyproject.toml .ci/lowest_constraints.py
 demo: $(STAMP_BASE)
 	$(BIN)/python examples/demo.py
 
-# everything, with the newest dependencies and then with the lowest declared ones
+# everything, with the newest dependencies and then with the lowest declared ones; first
+# the package's shape: its layers (import-linter's contracts in pyproject.toml) and no
+# module reading another's private names (ruff's SLF001)
 test: $(STAMP_TEST) $(STAMP_LOWEST)
+	$(BIN)/lint-imports
+	$(BIN)/ruff check langgraph_checkpoint_verified
 	$(BIN)/python -m pytest -q $(TEST_PATHS)
 	$(LOWEST_BIN)/python -m pytest -q $(LOWEST_SKIPS) $(TEST_PATHS)
 

@@ -31,7 +31,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._entries import scan
+from langgraph_checkpoint_verified.storage.log.entries import scan
 
 STEPS = ["plan", "research", "draft", "review", "publish"]
 

@@ -1,9 +1,12 @@
 """A LangGraph checkpointer that verifies every record it reads, recovers past damage,
 and runs side effects once."""
 
-from langgraph_checkpoint_verified._log import FileStorage
-from langgraph_checkpoint_verified._object_storage import ObjectStorage
-from langgraph_checkpoint_verified._storage import MemoryStorage, Storage
+from langgraph_checkpoint_verified.engine import (
+    Damage,
+    RecoveryStats,
+    UnusableCheckpoint,
+    VerifyReport,
+)
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
     RecordDamagedError,
@@ -14,12 +17,6 @@ from langgraph_checkpoint_verified.errors import (
     VerifiedSaverError,
 )
 from langgraph_checkpoint_verified.migrate import MigrationReport, migrate
-from langgraph_checkpoint_verified.recovery import (
-    Damage,
-    RecoveryStats,
-    UnusableCheckpoint,
-    VerifyReport,
-)
 from langgraph_checkpoint_verified.retry import (
     STOP_RETRYING,
     RecoveryFailedError,
@@ -29,6 +26,7 @@ from langgraph_checkpoint_verified.retry import (
     run_with_recovery,
 )
 from langgraph_checkpoint_verified.saver import VerifiedSaver
+from langgraph_checkpoint_verified.storage import FileStorage, MemoryStorage, ObjectStorage, Storage
 from langgraph_checkpoint_verified.tools import (
     VerifiedToolNode,
     current_idempotency_key,

@@ -23,7 +23,7 @@ class RecordDamagedError(VerifiedSaverError):
         location: Where the record lives (a file path or a memory key), when known.
 
     Example:
-        >>> from langgraph_checkpoint_verified._format import Codec, RecordKind
+        >>> from langgraph_checkpoint_verified.records.format import Codec, RecordKind
         >>> record = Codec().encode(RecordKind.WRITES, {"thread_id": "t"}, b"payload")
         >>> try:
         ...     Codec().decode(record[:-1] + b"?", RecordKind.WRITES, {"thread_id": "t"})

@@ -4,7 +4,7 @@
 (``list``), so it works for ``InMemorySaver``, ``SqliteSaver``, Postgres or any
 other saver. The command line's ``migrate`` reads a ``SqliteSaver`` database's
 ``writes`` table itself to keep each write's ``task_path`` (which ``list`` does
-not return) and shares the rest of the copy with it: ``_copy_threads`` here.
+not return) and shares the rest of the copy with it: ``copy_threads`` here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple
 
-from langgraph_checkpoint_verified.recovery import VerifyReport
+from langgraph_checkpoint_verified.engine import VerifyReport
 from langgraph_checkpoint_verified.saver import VerifiedSaver
 
 __all__ = ["MigrationReport", "migrate"]
@@ -45,7 +45,7 @@ class MigrationReport:
 
 
 @dataclass
-class _TaskWrites:
+class TaskWrites:
     """One task's pending writes at one checkpoint."""
 
     task_path: str
@@ -54,7 +54,7 @@ class _TaskWrites:
 
 _Groups = dict[tuple[str, str], list[CheckpointTuple]]
 """Checkpoints by (thread_id, checkpoint_ns)."""
-_PendingWrites = Mapping[tuple[str, str, str], Mapping[str, _TaskWrites]]
+_PendingWrites = Mapping[tuple[str, str, str], Mapping[str, TaskWrites]]
 """Pending writes by (thread_id, checkpoint_ns, checkpoint_id), then by task id."""
 
 
@@ -111,12 +111,12 @@ def migrate(
             for thread_id in dict.fromkeys(thread_ids)
             for item in source.list({"configurable": {"thread_id": thread_id}})
         )
-    groups = _group_checkpoints(items)
-    threads, checkpoints, writes = _copy_threads(groups, _writes_of(groups), target)
+    groups = group_checkpoints(items)
+    threads, checkpoints, writes = copy_threads(groups, _writes_of(groups), target)
     return MigrationReport(threads, checkpoints, writes, target.verify())
 
 
-def _group_checkpoints(items: Iterable[CheckpointTuple]) -> _Groups:
+def group_checkpoints(items: Iterable[CheckpointTuple]) -> _Groups:
     """Checkpoints by (thread_id, checkpoint_ns)."""
     groups: _Groups = {}
     for item in items:
@@ -126,19 +126,19 @@ def _group_checkpoints(items: Iterable[CheckpointTuple]) -> _Groups:
     return groups
 
 
-def _writes_of(groups: _Groups) -> dict[tuple[str, str, str], dict[str, _TaskWrites]]:
+def _writes_of(groups: _Groups) -> dict[tuple[str, str, str], dict[str, TaskWrites]]:
     """Each checkpoint's pending writes as the source returned them, without ``task_path``."""
-    found: dict[tuple[str, str, str], dict[str, _TaskWrites]] = {}
+    found: dict[tuple[str, str, str], dict[str, TaskWrites]] = {}
     for (thread_id, checkpoint_ns), items in groups.items():
         for item in items:
             tasks = found.setdefault((thread_id, checkpoint_ns, _checkpoint_id(item)), {})
             for idx, (task_id, channel, value) in enumerate(item.pending_writes or ()):
-                task = tasks.setdefault(task_id, _TaskWrites(task_path=""))
+                task = tasks.setdefault(task_id, TaskWrites(task_path=""))
                 task.rows.append((idx, channel, value))
     return found
 
 
-def _copy_threads(
+def copy_threads(
     groups: _Groups, pending: _PendingWrites, target: VerifiedSaver
 ) -> tuple[int, int, int]:
     """Put every checkpoint (parents first) and its writes; returns the counts copied.
@@ -147,7 +147,7 @@ def _copy_threads(
         ValueError: ``target`` already holds one of the threads; nothing was copied.
     """
     threads = sorted({thread_id for thread_id, _ in groups})
-    clashing = sorted(set(threads) & set(target._reader.thread_ids()))
+    clashing = sorted(set(threads) & set(target.engine.thread_ids()))
     if clashing:
         raise ValueError(
             f"{target.storage.location('')} already has thread(s) "
@@ -175,7 +175,7 @@ def _copy_threads(
 
 
 def _copy_task_writes(
-    target: VerifiedSaver, config: RunnableConfig, task_id: str, task: _TaskWrites
+    target: VerifiedSaver, config: RunnableConfig, task_id: str, task: TaskWrites
 ) -> int:
     """Store one task's writes with its ``task_path``; returns how many were copied.
 

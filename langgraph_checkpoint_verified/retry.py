@@ -26,9 +26,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, StateSnapshot
 
-from langgraph_checkpoint_verified._steps import arun_steps, run_steps
 from langgraph_checkpoint_verified.errors import ToolOutcomeUnknownError, VerifiedSaverError
 from langgraph_checkpoint_verified.saver import VerifiedSaver
+from langgraph_checkpoint_verified.steps import arun_steps, run_steps
 
 __all__ = [
     "STOP_RETRYING",
@@ -251,7 +251,7 @@ def run_with_recovery(
             return on_failure(step.error, step.state)
         if isinstance(step, _Wait):
             return time.sleep(step.seconds)
-        return step.saver._reader.checkpoint_ids(step.thread_id, step.checkpoint_ns)
+        return step.saver.engine.checkpoint_ids(step.thread_id, step.checkpoint_ns)
 
     recovery = _recovery(graph, input, config, max_attempts, retry_on, backoff, on_failure)
     return run_steps(recovery, carry_out)
@@ -301,8 +301,8 @@ async def arun_with_recovery(
             return await answer if inspect.isawaitable(answer) else answer
         if isinstance(step, _Wait):
             return await asyncio.sleep(step.seconds)
-        return await step.saver._run(
-            step.saver._reader.checkpoint_ids, step.thread_id, step.checkpoint_ns
+        return await step.saver.engine.run_async(
+            step.saver.engine.checkpoint_ids, step.thread_id, step.checkpoint_ns
         )
 
     recovery = _recovery(graph, input, config, max_attempts, retry_on, backoff, on_failure)

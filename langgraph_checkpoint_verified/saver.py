@@ -1,20 +1,18 @@
-"""``VerifiedSaver``: LangGraph's checkpointer contract over verified records.
+"""``VerifiedSaver``: LangGraph's checkpointer contract over the engine.
 
-This module knows LangGraph's semantics (checkpoints, channel versions,
-pending writes, threads and namespaces) and what to return when a record is
-damaged. Reading and verifying records is ``_reads``, the value chain
-``_values``, thread maintenance ``_maintenance``; it knows nothing about bytes
-(see ``_format`` and ``_records``) or paths (see ``_keys`` and ``_storage``).
+This module knows LangGraph's contract (``BaseCheckpointSaver``): it reads the
+config it is given, checks its arguments, and hands each call to the
+``Engine``, which reads, verifies, falls back past damage and writes. It knows
+nothing about bytes (``records``) or where they live (``storage``).
 
 Every operation is written once, synchronously. Each ``a*`` twin makes one
-crossing to a worker thread (``asyncio.to_thread``), so the event loop never
-waits on a disk; on an object store it runs the same core on the event loop
-instead, each request awaited through the store's async API (``_async_bridge``).
+crossing (``Engine.run_async``): to a worker thread for files and memory, so
+the event loop never waits on a disk; on an object store the same core runs
+on the event loop, each request awaited through the store's async API.
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import os
 import random
@@ -22,11 +20,10 @@ import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -38,60 +35,21 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
-from langgraph_checkpoint_verified import (
-    _delta_history,
-    _keys,
-    _maintenance,
-    _marker,
-    _tool_records,
-)
-from langgraph_checkpoint_verified._async_bridge import run_core
-from langgraph_checkpoint_verified._config import PARENT_UNKNOWN as _PARENT_UNKNOWN
-from langgraph_checkpoint_verified._config import Unusable as _Unusable
-from langgraph_checkpoint_verified._config import config as _config
-from langgraph_checkpoint_verified._config import config_parts as _config_parts
-from langgraph_checkpoint_verified._decoded_values import DecodedValues
-from langgraph_checkpoint_verified._format import (
-    DEFAULT_COMPRESSION_LEVEL,
-    Codec,
-)
-from langgraph_checkpoint_verified._keys import NORMAL_WRITES_SLOT
-from langgraph_checkpoint_verified._log import FileStorage
-from langgraph_checkpoint_verified._object_storage import ObjectStorage
-from langgraph_checkpoint_verified._reads import RecordReader
-from langgraph_checkpoint_verified._record_cache import RecordCache
-from langgraph_checkpoint_verified._records import (
-    EMPTY_TYPE,
-    VALUE_FULL,
-    CheckpointRecord,
-    StoredValue,
-    Typed,
-    WritesRecord,
-    encode_checkpoint,
-    encode_writes,
-)
-from langgraph_checkpoint_verified._storage import MemoryStorage, Storage
-from langgraph_checkpoint_verified._values import (
-    DEFAULT_MAX_CHAIN,
-    ListMemory,
-    PartsCache,
-    is_empty,
-    load_value,
-)
-from langgraph_checkpoint_verified.errors import (
-    CheckpointDamagedError,
-    RecordDamagedError,
-    VerifiedSaverError,
-)
-from langgraph_checkpoint_verified.recovery import (
-    Damage,
+from langgraph_checkpoint_verified.engine import (
     DamageReporter,
-    RecoveryStats,
-    VerifyReport,
-    verify_store,
+    Engine,
+    delta_history,
+    maintenance,
+    tool_records,
 )
-
-T = TypeVar("T")
+from langgraph_checkpoint_verified.engine.configs import config as _config
+from langgraph_checkpoint_verified.engine.configs import config_parts as _config_parts
+from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
+from langgraph_checkpoint_verified.engine.verify import VerifyReport, verify_store
+from langgraph_checkpoint_verified.errors import VerifiedSaverError
+from langgraph_checkpoint_verified.records import keys
+from langgraph_checkpoint_verified.records.format import DEFAULT_COMPRESSION_LEVEL, Codec
+from langgraph_checkpoint_verified.storage import FileStorage, MemoryStorage, ObjectStorage, Storage
 
 _ALLOWLIST_CLONES = 64
 """``with_allowlist`` clones kept per saver (a graph and each subgraph ask for one)."""
@@ -159,6 +117,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         {'count': 2}
     """
 
+    _serde: SerializerProtocol = BaseCheckpointSaver.serde
+
     def __init__(
         self,
         path: str | os.PathLike[str] | None = None,
@@ -175,11 +135,6 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         list_chain_limit: int | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        if not isinstance(full_snapshot_every, int) or full_snapshot_every < 1:
-            raise ValueError(
-                f"full_snapshot_every must be a positive int, got {full_snapshot_every!r}"
-            )
-        self.full_snapshot_every = full_snapshot_every
         if (path is None) == (storage is None):
             raise TypeError(
                 "pass exactly one of a store directory (VerifiedSaver('checkpoints/')) or "
@@ -193,34 +148,60 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 if isinstance(path, str) and path.startswith("s3://")
                 else FileStorage(path, fsync=fsync)  # type: ignore[arg-type]
             )
-        self.storage: Storage = storage
-        self.codec = Codec(key, compression_level=compression_level)
-        self.strict = strict
-        self.reporter = DamageReporter(
-            self.storage, self.codec, on_corruption=on_corruption, quarantine=quarantine
-        )
-        if isinstance(self.storage, FileStorage):
-            self.storage.on_damaged_span = self.reporter.damaged_span
-        # Records verified (or written) here, trusted while their storage stamp is
-        # unchanged: another saver may have rewritten them (prune, delete_for_runs) since.
-        self._records = RecordCache()
-        # The last list stored per channel, so the next put stores only what it gained.
-        if list_chain_limit is None:
-            list_chain_limit = getattr(self.storage, "list_chain_limit", DEFAULT_MAX_CHAIN)
-        if not isinstance(list_chain_limit, int) or list_chain_limit < 0:
-            raise ValueError(f"list_chain_limit must be an int >= 0, got {list_chain_limit!r}")
-        self._lists = ListMemory(max_chain=list_chain_limit)
-        self._parts = PartsCache()
-        # Values read more than once: copied, not deserialized again.
-        self._decoded = DecodedValues()
-        self._reader = RecordReader(
-            self.storage, self.codec, self.reporter, self._records, self._parts, self._decoded
+        codec = Codec(key, compression_level=compression_level)
+        self.engine = Engine(
+            storage,
+            self.serde,
+            codec,
+            DamageReporter(storage, codec, on_corruption=on_corruption, quarantine=quarantine),
+            strict=strict,
+            full_snapshot_every=full_snapshot_every,
+            list_chain_limit=list_chain_limit,
         )
         # with_allowlist's clones, one per allowlist
         self._allowlisted: dict[frozenset[Any], VerifiedSaver] = {}
         self._lock = threading.Lock()
         self._closed = False
-        _marker.check_store_marker(self)
+
+    @property  # type: ignore[override]
+    def serde(self) -> SerializerProtocol:
+        """The serializer of checkpoints, metadata, values and writes."""
+        return self._serde
+
+    @serde.setter
+    def serde(self, serde: SerializerProtocol) -> None:
+        # Set by BaseCheckpointSaver, by its with_allowlist on a shallow copy, and by
+        # the LangGraph server for JS graphs: the engine (shared with copies) is not
+        # changed, this saver gets a view of it that uses the new serializer.
+        self._serde = serde
+        engine: Engine | None = vars(self).get("engine")
+        if engine is not None:
+            self.engine = engine.with_serde(serde)
+
+    @property
+    def storage(self) -> Storage:
+        """Where the records live (``FileStorage``, ``MemoryStorage``, ``ObjectStorage``...)."""
+        return self.engine.storage
+
+    @property
+    def codec(self) -> Codec:
+        """Frames and verifies every record (with the store's key, if it has one)."""
+        return self.engine.codec
+
+    @property
+    def reporter(self) -> DamageReporter:
+        """Where every damaged record found is reported, counted and quarantined."""
+        return self.engine.reporter
+
+    @property
+    def strict(self) -> bool:
+        """Whether reads raise ``CheckpointDamagedError`` instead of falling back."""
+        return self.engine.strict
+
+    @property
+    def full_snapshot_every(self) -> int:
+        """Every this many checkpoints along a chain, one stores all its channel values."""
+        return self.engine.full_snapshot_every
 
     # -- construction ------------------------------------------------------
 
@@ -271,7 +252,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         made = super().with_allowlist(extra_allowlist)
         assert isinstance(made, VerifiedSaver)
         if made is not self:
-            made._allowlisted = {}  # its own: its allowlist extends a larger one
+            made._allowlisted = {}  # noqa: SLF001 (a clone of this class: its own allowlist)
         with self._lock:
             if len(self._allowlisted) >= _ALLOWLIST_CLONES:
                 self._allowlisted.pop(next(iter(self._allowlisted)))
@@ -341,10 +322,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         """
         self._check_open()
         thread_id, checkpoint_ns, checkpoint_id = _config_parts(config)
-        holders: dict[str, Any] = {}
         if checkpoint_id is not None:
-            return self._get_with_fallback(thread_id, checkpoint_ns, checkpoint_id, holders)
-        return self._latest(thread_id, checkpoint_ns, holders)
+            return self.engine.checkpoint_or_ancestor(thread_id, checkpoint_ns, checkpoint_id)
+        return self.engine.latest_valid_checkpoint(thread_id, checkpoint_ns)
 
     def list(
         self,
@@ -376,228 +356,20 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             [2]
         """
         self._check_open()
-        yield from self._list(config, filter=filter, before=before, limit=limit, values=True)
-
-    def _list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-        values: bool,
-    ) -> Iterator[CheckpointTuple]:
-        """``list``; with ``values=False`` every record is still verified (a checkpoint
-        whose values do not verify is left out), but channel values and pending
-        writes are not deserialized: they come back empty. For summaries."""
-        if limit is not None and limit <= 0:
-            return
-        before_id = get_checkpoint_id(before) if before else None
-        wanted_id = None
-        wanted_ns = None
-        if config is not None:
-            thread_id, _, wanted_id = _config_parts(config)
-            wanted_ns = config["configurable"].get("checkpoint_ns")
-            thread_ids: Sequence[str] = [thread_id]
+        if config is None:
+            thread_ids, checkpoint_ns, checkpoint_id = None, None, None
         else:
-            thread_ids = self._reader.thread_ids()
-        yielded = 0
-        for thread_id in thread_ids:
-            holders: dict[str, Any] = {}
-            for checkpoint_id, checkpoint_ns in self._reader.thread_checkpoints(
-                thread_id, wanted_ns
-            ):
-                if wanted_id is not None and checkpoint_id != wanted_id:
-                    continue
-                if before_id is not None and checkpoint_id >= before_id:
-                    continue
-                try:
-                    found = self._load(
-                        thread_id,
-                        checkpoint_ns,
-                        checkpoint_id,
-                        holders,
-                        metadata_filter=filter,
-                        values=values,
-                    )
-                except _Unusable:
-                    continue
-                if found is None:
-                    continue
-                yield found
-                yielded += 1
-                if limit is not None and yielded >= limit:
-                    return
-
-    def _latest(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        holders: dict[str, Any],
-        *,
-        strict: bool | None = None,
-    ) -> CheckpointTuple | None:
-        strict = self.strict if strict is None else strict
-        skipped: builtins.list[str] = []
-        saw_any = False
-        for checkpoint_id in self._reader.newest_first(thread_id, checkpoint_ns):
-            saw_any = True
-            try:
-                found = self._load(
-                    thread_id, checkpoint_ns, checkpoint_id, holders, remember_lists=True
-                )
-            except _Unusable as unusable:
-                if strict:
-                    raise CheckpointDamagedError(
-                        thread_id, checkpoint_ns, checkpoint_id, unusable.reason
-                    ) from None
-                skipped.append(checkpoint_id)
-                continue
-            if found is None:
-                continue
-            if skipped:
-                self.reporter.fallback(
-                    f"thread {thread_id!r} namespace {checkpoint_ns!r}: newest checkpoint that "
-                    f"verifies is {checkpoint_id} ({len(skipped)} newer skipped)"
-                )
-            return found
-        if saw_any and skipped:
-            self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
-        return None
-
-    def _get_with_fallback(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, holders: dict[str, Any]
-    ) -> CheckpointTuple | None:
-        requested = checkpoint_id
-        visited: set[str] = set()
-        current: str | None = checkpoint_id
-        while current is not None and current not in visited:
-            visited.add(current)
-            try:
-                found = self._load(thread_id, checkpoint_ns, current, holders, remember_lists=True)
-            except _Unusable as unusable:
-                if self.strict:
-                    raise CheckpointDamagedError(
-                        thread_id, checkpoint_ns, current, unusable.reason
-                    ) from None
-                current = self._parent_for_fallback(
-                    thread_id, checkpoint_ns, current, unusable.parent
-                )
-                continue
-            if found is None:
-                moved = self.reporter.quarantined_reason(
-                    _keys.checkpoint_key(thread_id, checkpoint_ns, current)
-                )
-                if moved is None and current == requested:
-                    return None  # never existed: not damage
-                if self.strict:
-                    raise CheckpointDamagedError(
-                        thread_id,
-                        checkpoint_ns,
-                        current,
-                        f"quarantined: {moved.get('reason')}" if moved else "missing",
-                    )
-                identity = (moved or {}).get("identity") or {}
-                parent = (
-                    identity.get("parent_checkpoint_id") or None
-                    if identity.get("checkpoint_id") == current
-                    else _PARENT_UNKNOWN
-                )
-                current = self._parent_for_fallback(thread_id, checkpoint_ns, current, parent)
-                continue
-            if current != requested:
-                self.reporter.fallback(
-                    f"thread {thread_id!r} namespace {checkpoint_ns!r}: checkpoint {requested} "
-                    f"does not verify; returning its ancestor {current}"
-                )
-            return found
-        self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
-        return None
-
-    def _parent_for_fallback(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, parent: str | None
-    ) -> str | None:
-        if parent != _PARENT_UNKNOWN:
-            return parent
-        # Nothing trustworthy names the parent (the header itself is gone): ids are
-        # time-ordered, so the next older checkpoint is the best guess. On a thread
-        # with forks it may be on another branch; the log says so.
-        guess = self._predecessor(thread_id, checkpoint_ns, checkpoint_id)
-        self.reporter.fallback(
-            f"thread {thread_id!r} namespace {checkpoint_ns!r}: the parent of checkpoint "
-            f"{checkpoint_id} is unknown (its header is damaged); trying the next older "
-            f"checkpoint {guess}, which may be on another branch if the thread was forked"
+            thread_id, _, checkpoint_id = _config_parts(config)
+            thread_ids = [thread_id]
+            checkpoint_ns = config["configurable"].get("checkpoint_ns")
+        yield from self.engine.list_checkpoints(
+            thread_ids,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            metadata_filter=filter,
+            before_id=get_checkpoint_id(before) if before else None,
+            limit=limit,
         )
-        return guess
-
-    def _predecessor(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str | None:
-        # Used only when a damaged record no longer says who its parent was:
-        # checkpoint ids are time-ordered, so the next older one is the best guess.
-        for candidate in self._reader.checkpoint_ids(thread_id, checkpoint_ns):
-            if candidate < checkpoint_id:
-                return candidate
-        return None
-
-    def _load(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        holders: dict[str, Any],
-        *,
-        metadata_filter: dict[str, Any] | None = None,
-        remember_lists: bool = False,
-        values: bool = True,
-    ) -> CheckpointTuple | None:
-        """Load one checkpoint completely, or raise ``_Unusable``; ``None`` if absent.
-
-        ``remember_lists``: the caller is about to resume from it (``get_tuple``):
-        the next put then stores only what its lists gain.
-        """
-        found = self._reader.read_with_values(thread_id, checkpoint_ns, checkpoint_id, holders)
-        if found is None:
-            return None
-        record, entries = found
-        metadata = self.serde.loads_typed(record.metadata)
-        if metadata_filter and not all(metadata.get(k) == v for k, v in metadata_filter.items()):
-            return None
-        try:
-            channel_values = {
-                ch: load_value(self._loads_value, parts)
-                for ch, parts in entries.items()
-                if values and not is_empty(parts)
-            }
-        except RecordDamagedError as exc:
-            # every record verified, yet an extension does not fit its base
-            raise _Unusable(exc.reason, parent=record.parent_checkpoint_id) from None
-        if remember_lists:
-            for channel, value in channel_values.items():
-                version, holder_id = record.refs[channel]
-                depth = len(entries[channel]) - 1
-                where = (thread_id, checkpoint_ns, channel)
-                self._lists.remember(where, version, holder_id, value, depth)
-        checkpoint: Checkpoint = {  # type: ignore[typeddict-item]
-            **self.serde.loads_typed(record.checkpoint),
-            "channel_values": channel_values,
-        }
-        return CheckpointTuple(
-            config=_config(thread_id, checkpoint_ns, checkpoint_id),
-            checkpoint=checkpoint,
-            metadata=metadata,
-            parent_config=(
-                _config(thread_id, checkpoint_ns, record.parent_checkpoint_id)
-                if record.parent_checkpoint_id
-                else None
-            ),
-            pending_writes=(
-                self._reader.pending_writes(self.serde, thread_id, checkpoint_ns, checkpoint_id)
-                if values
-                else []
-            ),
-        )
-
-    def _loads_value(self, part: Typed) -> Any:
-        return self._decoded.loads(self.serde, part)
 
     # -- writing -----------------------------------------------------------
 
@@ -618,84 +390,15 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self._check_open()
         thread_id, checkpoint_ns, parent_id = _config_parts(config)
         _check_checkpoint(checkpoint)
-        # shared: puts run side by side; prune and delete_for_runs, which rewrite
-        # the records a put may refer to, wait for them (and they for it)
-        with self.storage.lock(_keys.thread_prefix(thread_id), exclusive=False):
-            return self._put_locked(
-                config, thread_id, checkpoint_ns, parent_id, checkpoint, metadata, new_versions
-            )
-
-    def _put_locked(
-        self,
-        config: RunnableConfig,
-        thread_id: str,
-        checkpoint_ns: str,
-        parent_id: str | None,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        checkpoint_id = checkpoint["id"]
-        body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        channel_values: dict[str, Any] = checkpoint.get("channel_values") or {}
-        parent = (
-            self._refs_of(thread_id, checkpoint_ns, parent_id)
-            if parent_id and parent_id != checkpoint_id  # a re-put must not refer to itself
-            else None
+        self.engine.put_checkpoint(
+            thread_id,
+            checkpoint_ns,
+            parent_id,
+            checkpoint,
+            get_checkpoint_metadata(config, metadata),
+            new_versions,
         )
-        full = parent is None or parent.since_full + 1 >= self.full_snapshot_every
-        parent_refs = parent.refs if parent is not None else {}
-        holders: dict[str, Any] = {}
-        values: dict[str, StoredValue] = {}
-        refs: dict[str, tuple[Any, str]] = {}
-        for channel, version in {**checkpoint["channel_versions"], **new_versions}.items():
-            inherited = parent_refs.get(channel)
-            if channel in new_versions or inherited is None or inherited[0] != version:
-                inherited = None  # a new value, or one the parent does not hold
-            if inherited is not None and not full:
-                refs[channel] = inherited
-                continue
-            where = (thread_id, checkpoint_ns, channel)
-            if channel in channel_values:
-                stored = self._lists.encode(
-                    where,
-                    version,
-                    checkpoint_id,
-                    channel_values[channel],
-                    parent_refs.get(channel),
-                    self.serde,
-                )
-                if type(channel_values[channel]) is list:
-                    self._remember_parts(where, checkpoint_id, stored)
-            elif inherited is not None:
-                # A value the checkpoint has without carrying it in channel_values (a
-                # DeltaChannel's last snapshot): a full record copies it from its holder.
-                found = self._inherited_value(thread_id, checkpoint_ns, inherited, channel, holders)
-                if found is None:
-                    refs[channel] = inherited
-                    continue  # its holder is unusable: never store a guess in its place
-                stored = found
-            else:
-                self._lists.forget(where)
-                stored = StoredValue(version, VALUE_FULL, (EMPTY_TYPE, b""))
-            values[channel] = stored
-            refs[channel] = (version, checkpoint_id)
-        record = CheckpointRecord(
-            thread_id=thread_id,
-            checkpoint_ns=checkpoint_ns,
-            checkpoint_id=checkpoint_id,
-            parent_checkpoint_id=parent_id,
-            checkpoint=self.serde.dumps_typed(body),
-            metadata=self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
-            values=values,
-            refs=refs,
-            since_full=0 if full or parent is None else parent.since_full + 1,
-        )
-        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
-        data = encode_checkpoint(self.codec, record)
-        self.storage.write(key, data)
-        self._records.remember(record, data, self.storage.written_stamp(key))
-        return _config(thread_id, checkpoint_ns, checkpoint_id)
+        return _config(thread_id, checkpoint_ns, checkpoint["id"])
 
     def put_writes(
         self,
@@ -720,97 +423,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                 "put_writes needs config['configurable']['checkpoint_id']: writes belong to "
                 "a checkpoint"
             )
-        _keys.require_text(task_id, "task_id")
-        _keys.require_text(task_path, "task_path")
-        batches: dict[str, list[tuple[int, str, Typed]]] = {}
-        for idx, (channel, value) in enumerate(writes):
-            special = WRITES_IDX_MAP.get(channel)
-            typed = self.serde.dumps_typed(value)
-            if special is not None:
-                # one write per special kind: the last one wins, within a call as across
-                # calls (InMemorySaver and SqliteSaver key it by (task_id, index) too)
-                batches[str(special)] = [(special, channel, typed)]
-            else:
-                batches.setdefault(NORMAL_WRITES_SLOT, []).append((idx, channel, typed))
-        records = [
-            WritesRecord(
-                thread_id=thread_id,
-                checkpoint_ns=checkpoint_ns,
-                checkpoint_id=checkpoint_id,
-                task_id=task_id,
-                slot=slot,
-                task_path=task_path,
-                writes=batch,
-            )
-            for slot, batch in batches.items()
-        ]
-        thread_lock = _keys.thread_prefix(thread_id)
-        # shared, like put: prune and delete_for_runs must not remove a checkpoint's
-        # writes directory while this call writes into it
-        with self.storage.lock(thread_lock, exclusive=False):
-            to_merge = [record for record in records if not self._store_writes_record(record)]
-        if to_merge:
-            # Adding to a task's stored writes is read, merge, rewrite: two callers
-            # doing it at once would each rewrite without the other's additions.
-            # Alone (exclusive), each merge sees the one before it.
-            with self.storage.lock(thread_lock, exclusive=True):
-                for record in to_merge:
-                    self._merge_writes_record(record)
-
-    def _store_writes_record(self, record: WritesRecord) -> bool:
-        """Store a batch; ``False`` if the task's regular writes exist and must be merged."""
-        key = _keys.writes_key(*_writes_owner(record), record.task_id, record.slot)
-        replace = record.slot != NORMAL_WRITES_SLOT
-        return self.storage.write(key, encode_writes(self.codec, record), replace=replace)
-
-    def _merge_writes_record(self, record: WritesRecord) -> None:
-        """Keep the regular writes already stored for the task and add those at new indices."""
-        key = _keys.writes_key(*_writes_owner(record), record.task_id, record.slot)
-        stored = self._reader.read_writes(key, *_writes_owner(record))
-        if stored is not None:
-            known = {idx for idx, _, _ in stored.writes}
-            added = [write for write in record.writes if write[0] not in known]
-            if not added:
-                return  # a retried call: everything is stored already
-            record.writes = stored.writes + added
-            record.task_path = stored.task_path
-        self.storage.write(key, encode_writes(self.codec, record))
-
-    def _remember_parts(
-        self, where: tuple[str, str, str], holder_id: str, stored: StoredValue
-    ) -> None:
-        """Keep a list's parts, so that reading it back does not walk its chain."""
-        if stored.base is None:
-            self._parts.put(where, holder_id, stored.version, [(stored.typed, None)])
-            return
-        base_id, base_version, base_count = stored.base
-        base_parts = self._parts.get(where, base_id, base_version)
-        if base_parts is not None:
-            self._parts.put(
-                where, holder_id, stored.version, [*base_parts, (stored.typed, base_count)]
-            )
-
-    def _inherited_value(
-        self,
-        thread_id: str,
-        checkpoint_ns: str,
-        ref: tuple[Any, str],
-        channel: str,
-        holders: dict[str, Any],
-    ) -> StoredValue | None:
-        """The stored value ``ref`` points to, or ``None`` if its holder is unusable."""
-        version, holder_id = ref
-        if holder_id not in holders:
-            key = _keys.checkpoint_key(thread_id, checkpoint_ns, holder_id)
-            try:
-                holder = self._reader.read_checkpoint(key, thread_id, checkpoint_ns, holder_id)
-            except _Unusable:
-                holder = None
-            holders[holder_id] = holder.values if holder is not None else {}
-        stored: StoredValue | None = holders[holder_id].get(channel)
-        if stored is None or stored.version != version:
-            return None
-        return stored
+        keys.require_text(task_id, "task_id")
+        keys.require_text(task_path, "task_path")
+        self.engine.put_writes(thread_id, checkpoint_ns, checkpoint_id, writes, task_id, task_path)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions as ``InMemorySaver`` makes them: a zero-padded counter and a random tail."""
@@ -821,30 +436,6 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         else:
             current_v = int(current.split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
-
-    def _refs_of(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
-    ) -> CheckpointRecord | None:
-        """The parent's record (refs and chain position), or ``None`` if it cannot be read.
-
-        ``None`` makes the new checkpoint hold every value itself.
-        """
-        key = _keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
-        stamp = self.storage.stamp(key)
-        if stamp is None:
-            return None
-        cached = self._records.summary((thread_id, checkpoint_ns, checkpoint_id), stamp)
-        if cached is not None:
-            return cached
-        try:
-            return self._reader.read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id, stamp)
-        except _Unusable:
-            return None
-
-    def _forget_thread(self, thread_id: str) -> None:
-        self._lists.forget_thread(thread_id)
-        self._parts.forget_thread(thread_id)
-        self._records.forget_thread(thread_id)
 
     # -- tool-call records -------------------------------------------------
 
@@ -870,8 +461,14 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             value: What to keep (serialized with the saver's serde).
         """
         self._check_open()
-        _tool_records.put_tool_record(
-            self, thread_id, checkpoint_ns, tool_call_id, kind, fingerprint=fingerprint, value=value
+        tool_records.put_tool_record(
+            self.engine,
+            thread_id,
+            checkpoint_ns,
+            tool_call_id,
+            kind,
+            fingerprint=fingerprint,
+            value=value,
         )
 
     def get_tool_record(
@@ -890,8 +487,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         caller must tell "never written" from "written but unreadable").
         """
         self._check_open()
-        return _tool_records.get_tool_record(
-            self, thread_id, checkpoint_ns, tool_call_id, kind, damaged=damaged
+        return tool_records.get_tool_record(
+            self.engine, thread_id, checkpoint_ns, tool_call_id, kind, damaged=damaged
         )
 
     def delete_tool_record(
@@ -899,7 +496,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
     ) -> None:
         """Remove one tool-call record (missing is fine)."""
         self._check_open()
-        _tool_records.delete_tool_record(self, thread_id, checkpoint_ns, tool_call_id, kind)
+        tool_records.delete_tool_record(self.engine, thread_id, checkpoint_ns, tool_call_id, kind)
 
     async def aput_tool_record(
         self,
@@ -912,7 +509,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         value: Any = None,
     ) -> None:
         """Async twin of ``put_tool_record``."""
-        await self._run(
+        await self.engine.run_async(
             self.put_tool_record,
             thread_id,
             checkpoint_ns,
@@ -926,28 +523,24 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
     ) -> tuple[str, Any] | None:
         """Async twin of ``get_tool_record``."""
-        return await self._run(self.get_tool_record, thread_id, checkpoint_ns, tool_call_id, kind)
+        return await self.engine.run_async(
+            self.get_tool_record, thread_id, checkpoint_ns, tool_call_id, kind
+        )
 
     async def adelete_tool_record(
         self, thread_id: str, checkpoint_ns: str, tool_call_id: str, kind: str
     ) -> None:
         """Async twin of ``delete_tool_record``."""
-        await self._run(self.delete_tool_record, thread_id, checkpoint_ns, tool_call_id, kind)
+        await self.engine.run_async(
+            self.delete_tool_record, thread_id, checkpoint_ns, tool_call_id, kind
+        )
 
     # -- managing threads --------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, write and tool record of a thread."""
         self._check_open()
-        thread_id = _keys.as_thread_id(thread_id)
-        prefix = _keys.thread_prefix(thread_id)
-        if not self.storage.list(prefix) and self.storage.stamp(prefix) is None:
-            return  # no such thread: do not create one just to lock it
-        # exclusive: a put in progress finishes first; one waiting then finds the
-        # thread gone (the lock follows the directory) and starts it afresh
-        with self.storage.lock(prefix, exclusive=True):
-            self.storage.delete_tree(prefix)
-        self._forget_thread(thread_id)
+        maintenance.delete_thread(self.engine, thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) created by the given runs.
@@ -966,7 +559,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             the ancestors a delta channel needs.
         """
         self._check_open()
-        _maintenance.delete_for_runs(self, run_ids)
+        maintenance.delete_for_runs(self.engine, run_ids)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``"keep_latest"`` keeps the newest verified checkpoint per namespace
@@ -986,7 +579,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         Tool-call records are kept (a resume from the kept checkpoint may need them).
         """
         self._check_open()
-        _maintenance.prune(self, thread_ids, strategy=strategy)
+        maintenance.prune(self.engine, thread_ids, strategy=strategy)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every verified record of a thread (checkpoints, writes, tool records) to another.
@@ -1003,7 +596,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             {'x': 1}
         """
         self._check_open()
-        _maintenance.copy_thread(self, source_thread_id, target_thread_id)
+        maintenance.copy_thread(self.engine, source_thread_id, target_thread_id)
 
     # -- delta channels ----------------------------------------------------
 
@@ -1050,13 +643,18 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             >>> saver.get_delta_channel_history(config=config, channels=["items"])
             {'items': {'writes': []}}
         """
-        return _delta_history.delta_channel_history(self, config=config, channels=channels)
+        thread_id, checkpoint_ns, checkpoint_id = _config_parts(config)
+        return delta_history.delta_channel_history(
+            self.engine, thread_id, checkpoint_ns, checkpoint_id, channels
+        )
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> dict[str, DeltaChannelHistory]:
         """Async twin of ``get_delta_channel_history``."""
-        return await self._run(self.get_delta_channel_history, config=config, channels=channels)
+        return await self.engine.run_async(
+            self.get_delta_channel_history, config=config, channels=channels
+        )
 
     # -- integrity ---------------------------------------------------------
 
@@ -1096,9 +694,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         """
         self._check_open()
         prefix = (
-            "threads" if thread_id is None else _keys.thread_prefix(_keys.as_thread_id(thread_id))
+            "threads" if thread_id is None else keys.thread_prefix(keys.as_thread_id(thread_id))
         )
-        return verify_store(self, prefix, repair=repair, progress=progress)
+        return verify_store(self.engine, prefix, repair=repair, progress=progress)
 
     async def averify(
         self,
@@ -1108,22 +706,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         progress: Callable[[int, int], Any] | None = None,
     ) -> VerifyReport:
         """Async twin of ``verify``."""
-        return await self._run(self.verify, thread_id, repair=repair, progress=progress)
+        return await self.engine.run_async(self.verify, thread_id, repair=repair, progress=progress)
 
     # -- async twins ---------------------------------------------------------
 
-    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if getattr(self.storage, "awaits_io", False):
-            # a store reached over the network: the core runs on the event loop and
-            # awaits each request (``_async_bridge``), no thread per call
-            return await run_core(fn, *args, **kwargs)
-        # files and memory: serializing, compressing, hashing and the disk's syncs
-        # would otherwise stall the event loop
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async twin of ``get_tuple``."""
-        return await self._run(self.get_tuple, config)
+        return await self.engine.run_async(self.get_tuple, config)
 
     async def alist(
         self,
@@ -1145,7 +734,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
                     break
             return batch
 
-        while batch := await self._run(next_batch):
+        while batch := await self.engine.run_async(next_batch):
             for item in batch:
                 yield item
 
@@ -1157,7 +746,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async twin of ``put``."""
-        return await self._run(self.put, config, checkpoint, metadata, new_versions)
+        return await self.engine.run_async(self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self,
@@ -1167,23 +756,23 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         task_path: str = "",
     ) -> None:
         """Async twin of ``put_writes``."""
-        await self._run(self.put_writes, config, writes, task_id, task_path)
+        await self.engine.run_async(self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async twin of ``delete_thread``."""
-        await self._run(self.delete_thread, thread_id)
+        await self.engine.run_async(self.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async twin of ``delete_for_runs``."""
-        await self._run(self.delete_for_runs, run_ids)
+        await self.engine.run_async(self.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async twin of ``copy_thread``."""
-        await self._run(self.copy_thread, source_thread_id, target_thread_id)
+        await self.engine.run_async(self.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async twin of ``prune``."""
-        await self._run(self.prune, thread_ids, strategy=strategy)
+        await self.engine.run_async(self.prune, thread_ids, strategy=strategy)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1192,15 +781,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             )
 
 
-def _writes_owner(record: WritesRecord) -> tuple[str, str, str]:
-    return record.thread_id, record.checkpoint_ns, record.checkpoint_id
-
-
 def _check_checkpoint(checkpoint: Any) -> None:
     if not isinstance(checkpoint, dict):
         raise TypeError(f"checkpoint must be a dict, got {type(checkpoint).__name__}")
     if not checkpoint.get("id"):
         raise ValueError("checkpoint['id'] must be a non-empty string")
-    _keys.require_text(checkpoint["id"], "checkpoint['id']")
+    keys.require_text(checkpoint["id"], "checkpoint['id']")
     if not isinstance(checkpoint.get("channel_versions"), dict):
         raise ValueError("checkpoint['channel_versions'] must be a dict")

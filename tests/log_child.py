@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from langgraph_checkpoint_verified._log import FileStorage
+from langgraph_checkpoint_verified.storage.log.file_storage import FileStorage
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from langgraph_checkpoint_verified._entries import PUT, DamagedSpan, Entry, scan
+from langgraph_checkpoint_verified.storage.log.entries import PUT, DamagedSpan, Entry, scan
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def view_log(data: bytes, thread_key: str) -> LogView:
     latest version (the reader returns its bytes, which do not verify).
 
     Example:
-        >>> from langgraph_checkpoint_verified._entries import DELETE, encode_entry
+        >>> from langgraph_checkpoint_verified.storage.log.entries import DELETE, encode_entry
         >>> log = encode_entry(PUT, "threads/t/a", b"1") + encode_entry(PUT, "threads/t/b", b"2")
         >>> log += encode_entry(DELETE, "threads/t/a")
         >>> view = view_log(log, "threads/t")

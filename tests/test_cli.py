@@ -25,8 +25,9 @@ from langchain_core.load import load as langchain_load
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from langgraph_checkpoint_verified import VerifiedSaver, _entries, cli
+from langgraph_checkpoint_verified import VerifiedSaver, cli
 from langgraph_checkpoint_verified.cli import main
+from langgraph_checkpoint_verified.storage.log import entries as log_entries
 
 CONVERSATIONS = {"alpha": ["hi", "how are you?"], "beta": ["hello"]}
 
@@ -66,26 +67,26 @@ def history(store: Path, thread_id: str) -> list[Any]:
     return list(VerifiedSaver(store).list(config(thread_id)))
 
 
-def checkpoint_entry(store: Path, checkpoint_id: str) -> tuple[Path, _entries.Entry]:
+def checkpoint_entry(store: Path, checkpoint_id: str) -> tuple[Path, log_entries.Entry]:
     """The log holding a checkpoint and its record's entry (the last one for its key)."""
     found = []
     for log in sorted(store.glob("threads/*/log")):
-        latest = {e.key: e for e in _entries.scan(log.read_bytes())[0]}
+        latest = {e.key: e for e in log_entries.scan(log.read_bytes())[0]}
         found += [
             (log, entry)
             for key, entry in latest.items()
-            if entry.kind == _entries.PUT and key.endswith(f"/checkpoints/{checkpoint_id}.ckpt")
+            if entry.kind == log_entries.PUT and key.endswith(f"/checkpoints/{checkpoint_id}.ckpt")
         ]
     (only,) = found
     return only
 
 
-def located(log: Path, entry: _entries.Entry) -> str:
+def located(log: Path, entry: log_entries.Entry) -> str:
     """How the store names where an intact entry's record lies."""
     return f"{log}@{entry.data_offset} ({entry.key})"
 
 
-def flip_byte(log: Path, entry: _entries.Entry) -> bytes:
+def flip_byte(log: Path, entry: log_entries.Entry) -> bytes:
     """Flip a byte in the middle of an entry's record, in place; the entry's bytes now.
 
     Intact entries must follow it: damage in the last entry is a torn tail.
@@ -97,24 +98,24 @@ def flip_byte(log: Path, entry: _entries.Entry) -> bytes:
     return bytes(data[entry.offset : entry.end])
 
 
-def replace_record(log: Path, entry: _entries.Entry) -> tuple[bytes, str]:
+def replace_record(log: Path, entry: log_entries.Entry) -> tuple[bytes, str]:
     """Append an entry holding the record with one byte flipped: the entry verifies, the
     record does not. Returns the record's bytes now and where the store says they are."""
     data = log.read_bytes()
     record = bytearray(data[entry.data_offset : entry.data_offset + entry.data_size])
     record[len(record) // 2] ^= 0x01
-    forged = _entries.encode_entry(_entries.PUT, entry.key, bytes(record))
+    forged = log_entries.encode_entry(log_entries.PUT, entry.key, bytes(record))
     with log.open("ab") as out:
         out.write(forged)
-    (appended,), _, _ = _entries.scan(forged)
+    (appended,), _, _ = log_entries.scan(forged)
     where = f"{log}@{len(data) + appended.data_offset} ({entry.key})"
     return bytes(record), where
 
 
 def log_keys(log: Path) -> set[str]:
     """The keys a log holds a record for now."""
-    latest = {e.key: e for e in _entries.scan(log.read_bytes())[0]}
-    return {key for key, entry in latest.items() if entry.kind == _entries.PUT}
+    latest = {e.key: e for e in log_entries.scan(log.read_bytes())[0]}
+    return {key for key, entry in latest.items() if entry.kind == log_entries.PUT}
 
 
 def by_step(items: list[Any], step: int) -> str:
@@ -368,7 +369,7 @@ def test_a_flipped_byte_in_the_last_entry_is_damage_not_a_torn_tail(
     whole, and may have been acknowledged: it is reported like damage anywhere else,
     and never cut off as a torn tail would be."""
     log = store / "threads" / "alpha" / "log"
-    entries, _, _ = _entries.scan(log.read_bytes())
+    entries, _, _ = log_entries.scan(log.read_bytes())
     last = entries[-1]
     assert last.end == log.stat().st_size
     data = bytearray(log.read_bytes())
@@ -395,7 +396,7 @@ def test_damage_naming_no_key_is_reported_copied_once_and_compacted_away(
     copies them to the quarantine and compacts the log without them."""
     log, lost = checkpoint_entry(store, by_step(history(store, "alpha"), 1))
     data = bytearray(log.read_bytes())
-    data[lost.offset : lost.offset + _entries.HEADER_SIZE] = bytes(_entries.HEADER_SIZE)
+    data[lost.offset : lost.offset + log_entries.HEADER_SIZE] = bytes(log_entries.HEADER_SIZE)
     log.write_bytes(bytes(data))
     span = bytes(data[lost.offset : lost.end])
 
@@ -411,7 +412,7 @@ def test_damage_naming_no_key_is_reported_copied_once_and_compacted_away(
     (copy,) = (store / "quarantine").glob("span-*.record")
     assert copy.read_bytes() == span
     assert copy.with_suffix(".reason").exists()
-    assert _entries.scan(log.read_bytes())[1:] == ([], log.stat().st_size)
+    assert log_entries.scan(log.read_bytes())[1:] == ([], log.stat().st_size)
     assert lost.key not in log_keys(log)
     assert run(capsys, "verify", store)[0] == 0
 
@@ -437,7 +438,7 @@ def test_no_progress_on_a_pipe(
     store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert run(capsys, "verify", store)[2] == ""
-    monkeypatch.setattr(cli, "PROGRESS_MIN_RECORDS", 10)
+    monkeypatch.setattr("langgraph_checkpoint_verified.cli.verify.PROGRESS_MIN_RECORDS", 10)
     code, out, err = run(capsys, "verify", store, "--json")
     assert code == 0
     assert json.loads(out)["ok"] is True
@@ -644,7 +645,7 @@ def test_runs_as_a_real_process(store: Path, tmp_path: Path) -> None:
         timeout=120,
         check=True,
     )
-    assert imported.stdout.strip() == str(Path(cli.__file__).with_name("__init__.py"))
+    assert imported.stdout.strip() == str(Path(cli.__file__).parent.with_name("__init__.py"))
 
 
 def test_looking_at_a_store_writes_nothing_even_a_damaged_marker(

@@ -24,7 +24,8 @@ from s3server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, s3_client
 from test_cli import config, run_conversations, sqlite_db  # noqa: F401 (a fixture)
 from test_cli_console import fill_store
 
-from langgraph_checkpoint_verified import VerifiedSaver, _keys
+from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified.records import keys
 
 SCRIPT = Path(sys.executable).parent / "langgraph-verified"
 PREFIX = "store"
@@ -165,7 +166,7 @@ def test_a_damaged_object_is_reported_by_verify_and_quarantined_by_repair(
     endpoint, name = bucket
     checkpoints = list(VerifiedSaver(store).list(config("alpha")))
     newest, parent = (c.config["configurable"]["checkpoint_id"] for c in checkpoints[:2])
-    key = _keys.checkpoint_key("alpha", "", newest)
+    key = keys.checkpoint_key("alpha", "", newest)
     client = s3_client(endpoint)
     damaged = bytearray(client.get_object(Bucket=name, Key=f"{PREFIX}/{key}")["Body"].read())
     damaged[len(damaged) // 2] ^= 0x01
@@ -299,7 +300,7 @@ def test_a_bucket_that_refuses_writes_is_one_line_and_nothing_moves(
     store: str, bucket: tuple[str, str], fault_proxy: Any, tmp_path: Path
 ) -> None:
     endpoint, name = bucket
-    key = _keys.checkpoint_key(
+    key = keys.checkpoint_key(
         "beta",
         "",
         VerifiedSaver(store).get_tuple(config("beta")).config["configurable"]["checkpoint_id"],

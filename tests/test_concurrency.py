@@ -14,7 +14,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._keys import TEMP_PREFIX
+from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
 
 PUTS_PER_PROCESS = 40
 SHARED_TASK = "shared-task"

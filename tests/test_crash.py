@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._keys import TEMP_PREFIX
+from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
 
 CHILD = Path(__file__).with_name("crash_child.py")
 STEPS = 12  # as in crash_child.py

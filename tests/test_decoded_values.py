@@ -25,8 +25,13 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel
 
-from langgraph_checkpoint_verified import VerifiedSaver, _keys
-from langgraph_checkpoint_verified._decoded_values import DecodedValues, Uncopyable, plain_copy
+from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified.engine.decoded_values import (
+    DecodedValues,
+    Uncopyable,
+    plain_copy,
+)
+from langgraph_checkpoint_verified.records import keys
 
 THREAD = {"configurable": {"thread_id": "t"}}
 
@@ -285,7 +290,7 @@ def test_damage_after_values_are_kept_is_still_found(tmp_path):
     configs = put_chat(saver, 3)
     for _ in range(3):
         assert saver.get_tuple(THREAD).config == configs[-1]
-    newest = _keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
+    newest = keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
     damaged = bytearray(saver.storage.records[newest])
     damaged[len(damaged) // 2] ^= 0x01
     saver.storage.records[newest] = bytes(damaged)

@@ -27,12 +27,8 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import (
-    CheckpointDamagedError,
-    MemoryStorage,
-    VerifiedSaver,
-    _keys,
-)
+from langgraph_checkpoint_verified import CheckpointDamagedError, MemoryStorage, VerifiedSaver
+from langgraph_checkpoint_verified.records import keys
 
 BACKENDS = ["files", "memory"]
 THREAD = "delta"
@@ -127,7 +123,7 @@ def walk_of(saver: VerifiedSaver) -> list[str]:
 
 
 def regular_writes_keys(saver: VerifiedSaver, checkpoint_id: str) -> list[str]:
-    prefix = _keys.writes_prefix(THREAD, "", checkpoint_id)
+    prefix = keys.writes_prefix(THREAD, "", checkpoint_id)
     return [f"{prefix}/{name}" for name in saver.storage.list(prefix) if name.endswith(".n.wr")]
 
 
@@ -307,13 +303,13 @@ def test_damaged_ancestor_checkpoint_raises_instead_of_a_short_value(open_saver)
     walk = walk_of(saver)
     newest_id = checkpoint_ids(saver)[0]
     target = walk[1]
-    damage(saver, _keys.checkpoint_key(THREAD, "", target))
+    damage(saver, keys.checkpoint_key(THREAD, "", target))
     assert saver.get_tuple(CONFIG).config["configurable"]["checkpoint_id"] == newest_id
     with pytest.raises(CheckpointDamagedError) as raised:
         graph.get_state(CONFIG)
     assert raised.value.checkpoint_id == target
     # quarantined by the read above: still an error, not the end of the history
-    assert saver.storage.read(_keys.checkpoint_key(THREAD, "", target)) is None
+    assert saver.storage.read(keys.checkpoint_key(THREAD, "", target)) is None
     with pytest.raises(CheckpointDamagedError) as raised:
         build(open_saver()).get_state(CONFIG)
     assert raised.value.checkpoint_id == target

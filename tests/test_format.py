@@ -17,7 +17,8 @@ import zstandard
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from langgraph_checkpoint_verified._format import (
+from langgraph_checkpoint_verified.errors import RecordDamagedError
+from langgraph_checkpoint_verified.records.format import (
     _FIXED,
     FORMAT_VERSION,
     HEADER_DIGEST_SIZE,
@@ -31,8 +32,7 @@ from langgraph_checkpoint_verified._format import (
     encode_identity,
     pack,
 )
-from langgraph_checkpoint_verified._records import decode_checkpoint, decode_writes
-from langgraph_checkpoint_verified.errors import RecordDamagedError
+from langgraph_checkpoint_verified.records.kinds import decode_checkpoint, decode_writes
 
 # Fixed examples, no example database: every run checks the same inputs.
 PROPERTY = settings(

@@ -16,19 +16,15 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
-from langgraph_checkpoint_verified._entries import (
+from langgraph_checkpoint_verified.storage.log.entries import (
     HINT_MAGIC,
     HINT_VERSION,
     decode_hint_index,
     encode_hint,
     hint_block,
 )
-from langgraph_checkpoint_verified._log import (
-    HINT_AFTER_BYTES,
-    HINT_NAME,
-    _HintedDirectory,
-    _KeyDirectory,
-)
+from langgraph_checkpoint_verified.storage.log.file_storage import HINT_AFTER_BYTES, HINT_NAME
+from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
 
 THREAD = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
@@ -224,8 +220,8 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
     older += [f"threads/t/mixed/0{n}" for n in range(20)]
     unread_answers = 0
     for _ in range(30):
-        lazy = _HintedDirectory(str(hint), (stat.st_ino, stat.st_size), index, unexpected_rescan)
-        whole = _KeyDirectory()
+        lazy = HintedDirectory(str(hint), (stat.st_ino, stat.st_size), index, unexpected_rescan)
+        whole = KeyDirectory()
         for key, where in positions.items():
             whole[key] = where
         for step in range(12):

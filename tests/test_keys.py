@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._entries import PUT, scan
-from langgraph_checkpoint_verified._keys import MAX_SEGMENT, decode_segment, encode_segment
-from langgraph_checkpoint_verified._log import HINT_NAME, LOG_NAME, FileStorage
-from langgraph_checkpoint_verified._marker import STORE_MARKER_KEY
-from langgraph_checkpoint_verified._storage import LOCK_NAME
+from langgraph_checkpoint_verified.engine.marker import STORE_MARKER_KEY
+from langgraph_checkpoint_verified.records.keys import MAX_SEGMENT, decode_segment, encode_segment
+from langgraph_checkpoint_verified.storage.base import LOCK_NAME
+from langgraph_checkpoint_verified.storage.log.entries import PUT, scan
+from langgraph_checkpoint_verified.storage.log.file_storage import HINT_NAME, LOG_NAME, FileStorage
 
 LONG_PREFIX = "p" * 200
 STRANGE = [
@@ -344,7 +344,7 @@ NAME_PARTS = st.sampled_from(["1f0", "a", "-", "_", "~41", ".", "\n", "A", "ckpt
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.lists(NAME_PARTS, max_size=4).map("".join), max_size=6))
 def test_split_checkpoint_names_is_checkpoint_id_of_name_by_name(names):
-    from langgraph_checkpoint_verified._keys import checkpoint_id_of, split_checkpoint_names
+    from langgraph_checkpoint_verified.records.keys import checkpoint_id_of, split_checkpoint_names
 
     ids, others = split_checkpoint_names(names)
     # every plain checkpoint name gives its id, and nothing else is dropped

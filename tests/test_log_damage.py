@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._entries import scan
+from langgraph_checkpoint_verified.storage.log.entries import scan
 
 CHECKPOINT = {
     "v": 1,
@@ -47,7 +47,7 @@ def test_adjacent_damaged_entries_are_named_each_on_its_own(tmp_path):
     """Two damaged entries side by side are one stretch to resynchronize over, but two
     records to report: each header that still reads starts a span of its own."""
     from langgraph_checkpoint_verified import FileStorage
-    from langgraph_checkpoint_verified._entries import scan
+    from langgraph_checkpoint_verified.storage.log.entries import scan
 
     storage = FileStorage(tmp_path / "store", fsync=False)
     keys = [f"threads/t/ns/~/checkpoints/{n}.ckpt" for n in (1, 2, 3)]

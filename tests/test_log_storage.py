@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_checkpoint_verified._entries import DELETE, PUT, encode_entry, scan
-from langgraph_checkpoint_verified._keys import TEMP_PREFIX
-from langgraph_checkpoint_verified._log import LOG_NAME, FileStorage
-from langgraph_checkpoint_verified._storage import LOCK_NAME, RecordFileStorage
+from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
+from langgraph_checkpoint_verified.storage.base import LOCK_NAME
+from langgraph_checkpoint_verified.storage.files import RecordFileStorage
+from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry, scan
+from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, FileStorage
 
 CHILD = Path(__file__).with_name("log_child.py")
 T = "threads/t"

@@ -38,14 +38,14 @@ from logtools import LogView, view_log
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import MemoryStorage, VerifiedSaver
-from langgraph_checkpoint_verified._entries import (
+from langgraph_checkpoint_verified.records.format import RecordKind
+from langgraph_checkpoint_verified.storage.log.entries import (
     DELETE,
     ENTRY_MAGIC,
     HEADER_SIZE,
     PUT,
     encode_entry,
 )
-from langgraph_checkpoint_verified._format import RecordKind
 
 STEPS = 6
 THREAD = {"configurable": {"thread_id": "mayhem"}}

@@ -213,12 +213,10 @@ def test_a_sqlite_saver_is_a_source_too(tmp_path: Path) -> None:
 
 @pytest.fixture
 def big_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from langgraph_checkpoint_verified import cli
-
     source = InMemorySaver()
     run_chat(build_chat(source))
     migrate(source, VerifiedSaver(tmp_path / "store"))
-    monkeypatch.setattr(cli, "PROGRESS_MIN_RECORDS", 2)
+    monkeypatch.setattr("langgraph_checkpoint_verified.cli.verify.PROGRESS_MIN_RECORDS", 2)
     return tmp_path / "store"
 
 

@@ -30,9 +30,13 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._entries import scan
-from langgraph_checkpoint_verified._keys import thread_prefix
-from langgraph_checkpoint_verified._log import HINT_AFTER_BYTES, HINT_NAME, LOG_NAME
+from langgraph_checkpoint_verified.records.keys import thread_prefix
+from langgraph_checkpoint_verified.storage.log.entries import scan
+from langgraph_checkpoint_verified.storage.log.file_storage import (
+    HINT_AFTER_BYTES,
+    HINT_NAME,
+    LOG_NAME,
+)
 
 # a latest checkpoint is one record, plus the records holding its unchanged
 # values (one per channel at most) and its pending writes: a small constant

@@ -48,7 +48,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._storage import RecordFileStorage
+from langgraph_checkpoint_verified.storage.files import RecordFileStorage
 
 DELETES_ARE_DURABLE = True
 """Whether a checkpoint deleted by ``prune`` or ``delete_for_runs`` stays deleted after a cut.

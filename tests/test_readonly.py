@@ -33,11 +33,11 @@ from echo_graph import build_graph
 from readonly_child import install
 
 from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
-from langgraph_checkpoint_verified._entries import PUT, encode_entry, scan
-from langgraph_checkpoint_verified._keys import checkpoint_key, thread_prefix
-from langgraph_checkpoint_verified._log import LOG_NAME
-from langgraph_checkpoint_verified._storage import LOCK_NAME
 from langgraph_checkpoint_verified.cli import main
+from langgraph_checkpoint_verified.records.keys import checkpoint_key, thread_prefix
+from langgraph_checkpoint_verified.storage.base import LOCK_NAME
+from langgraph_checkpoint_verified.storage.log.entries import PUT, encode_entry, scan
+from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
 
 TESTS = Path(__file__).parent
 CONSOLE_SCRIPT = Path(sys.prefix) / "bin" / "langgraph-verified"

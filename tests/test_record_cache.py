@@ -15,9 +15,11 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from logtools import view_log
 
-from langgraph_checkpoint_verified import VerifiedSaver, _keys, _reads
-from langgraph_checkpoint_verified._record_cache import RecordCache
-from langgraph_checkpoint_verified._records import VALUE_FULL, CheckpointRecord, StoredValue
+from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified.engine import reads
+from langgraph_checkpoint_verified.engine.record_cache import RecordCache
+from langgraph_checkpoint_verified.records import keys
+from langgraph_checkpoint_verified.records.kinds import VALUE_FULL, CheckpointRecord, StoredValue
 
 THREAD = {"configurable": {"thread_id": "t"}}
 
@@ -56,13 +58,13 @@ def put_steps(saver: VerifiedSaver, steps: int) -> list[dict]:
 def decodes(monkeypatch):
     """How many checkpoint records the saver decodes (checksum, decompression, parse)."""
     counted = []
-    real = _reads.decode_checkpoint
+    real = reads.decode_checkpoint
 
     def counting(*args, **kwargs):
         counted.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_reads, "decode_checkpoint", counting)
+    monkeypatch.setattr(reads, "decode_checkpoint", counting)
     return counted
 
 
@@ -112,7 +114,7 @@ def test_damage_after_a_read_is_seen_by_the_same_saver(tmp_path):
     saver.put_writes(configs[-1], [("messages", "w")], "task")  # the record is not the tail
     assert saver.get_tuple(THREAD).config == configs[-1]
     newest = configs[-1]["configurable"]["checkpoint_id"]
-    key = _keys.checkpoint_key("t", "", newest)
+    key = keys.checkpoint_key("t", "", newest)
     thread_key = key.split("/ns/")[0]
     log_path = tmp_path / "store" / thread_key / "log"
     entry = view_log(log_path.read_bytes(), thread_key).entry(key)

@@ -45,15 +45,11 @@ from langgraph.graph import END, START, StateGraph
 from test_cli import checkpoint_entry, located
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import (
-    CheckpointDamagedError,
-    MemoryStorage,
-    VerifiedSaver,
-    _keys,
-)
-from langgraph_checkpoint_verified._format import RecordKind
-from langgraph_checkpoint_verified._records import decode_checkpoint
-from langgraph_checkpoint_verified.recovery import Damage
+from langgraph_checkpoint_verified import CheckpointDamagedError, MemoryStorage, VerifiedSaver
+from langgraph_checkpoint_verified.engine.damage import Damage
+from langgraph_checkpoint_verified.records import keys
+from langgraph_checkpoint_verified.records.format import RecordKind
+from langgraph_checkpoint_verified.records.kinds import decode_checkpoint
 
 CONSOLE_SCRIPT = Path(sys.prefix) / "bin" / "langgraph-verified"
 BACKENDS = ["files", "memory"]
@@ -119,10 +115,10 @@ class Store:
         return {key: storage.read(key) for key in storage.walk("threads")}  # type: ignore[misc]
 
     def checkpoint_key(self, step: int) -> str:
-        return _keys.checkpoint_key("alpha", "", self.steps[step])
+        return keys.checkpoint_key("alpha", "", self.steps[step])
 
     def writes_keys(self, step: int) -> list[str]:
-        prefix = _keys.writes_prefix("alpha", "", self.steps[step])
+        prefix = keys.writes_prefix("alpha", "", self.steps[step])
         return sorted(f"{prefix}/{name}" for name in self.saver().storage.list(prefix))
 
     def overwrite(self, key: str, data: bytes) -> None:
@@ -402,7 +398,7 @@ def test_writes_of_a_checkpoint_not_stored_yet_are_left_alone(store: Store) -> N
         "configurable": {"thread_id": "alpha", "checkpoint_ns": "", "checkpoint_id": str(uuid6())}
     }
     saver.put_writes(in_flight, [("messages", "x")], "task")
-    writes = _keys.writes_prefix("alpha", "", in_flight["configurable"]["checkpoint_id"])
+    writes = keys.writes_prefix("alpha", "", in_flight["configurable"]["checkpoint_id"])
 
     repaired = store.saver().verify(repair=True)
     assert not repaired.ok
@@ -437,7 +433,7 @@ def test_repair_holds_the_thread_lock_only_where_it_changes_something(
     saver.verify()
     assert taken == []
     saver.verify(repair=True)
-    assert taken == [(_keys.thread_prefix("alpha"), True)]
+    assert taken == [(keys.thread_prefix("alpha"), True)]
 
 
 # -- the console script -------------------------------------------------------------------
@@ -545,7 +541,7 @@ def test_repair_keeps_the_checkpoints_a_delta_channel_is_rebuilt_through(tmp_pat
     }
     newest = VerifiedSaver(root).get_tuple(ALPHA)
     assert "items" not in newest.checkpoint["channel_values"], "rebuilt from its ancestors"
-    VerifiedSaver(root).storage.write(_keys.checkpoint_key("alpha", "", steps[6]), JUNK)
+    VerifiedSaver(root).storage.write(keys.checkpoint_key("alpha", "", steps[6]), JUNK)
     looking = build_delta(VerifiedSaver(root, quarantine=False))
     state = looking.get_state(ALPHA)
     assert state.config["configurable"]["checkpoint_id"] == steps[max(steps)]
@@ -560,11 +556,11 @@ def test_repair_keeps_the_checkpoints_a_delta_channel_is_rebuilt_through(tmp_pat
 
     repaired = VerifiedSaver(root).verify(repair=True)
     assert [d.key for d in repaired.damaged if d.quarantined_to and d.kind == "checkpoint"] == [
-        _keys.checkpoint_key("alpha", "", steps[6])
+        keys.checkpoint_key("alpha", "", steps[6])
     ]
     storage = VerifiedSaver(root).storage
     for checkpoint_id in kept:
-        assert storage.read(_keys.checkpoint_key("alpha", "", checkpoint_id)) is not None
+        assert storage.read(keys.checkpoint_key("alpha", "", checkpoint_id)) is not None
     assert build_delta(VerifiedSaver(root)).get_state(ALPHA).values == state.values
     after = VerifiedSaver(root).verify()
     assert {u.checkpoint_id for u in after.unusable_checkpoints} == set(kept)
@@ -572,7 +568,7 @@ def test_repair_keeps_the_checkpoints_a_delta_channel_is_rebuilt_through(tmp_pat
 
     # they are needed: moved aside, the newest checkpoint's items could not be rebuilt
     saver = VerifiedSaver(root)
-    key = _keys.checkpoint_key("alpha", "", steps[7])
+    key = keys.checkpoint_key("alpha", "", steps[7])
     as_if_moved = Damage(key, saver.storage.location(key), "unusable", "checkpoint", None)
     assert saver.reporter.set_aside(as_if_moved, saver.storage.read(key))[0].quarantined_to
     with pytest.raises(CheckpointDamagedError):

@@ -26,13 +26,9 @@ from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from s3server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, s3_client
 
-from langgraph_checkpoint_verified import (
-    ObjectStorage,
-    StoreUnavailableError,
-    VerifiedSaver,
-    _keys,
-)
-from langgraph_checkpoint_verified._object_storage import HEAD_EVERY
+from langgraph_checkpoint_verified import ObjectStorage, StoreUnavailableError, VerifiedSaver
+from langgraph_checkpoint_verified.records import keys as record_keys
+from langgraph_checkpoint_verified.storage.objects import HEAD_EVERY
 
 TESTS = Path(__file__).parent
 THREAD = {"configurable": {"thread_id": "t"}}
@@ -135,7 +131,7 @@ def test_an_object_overwritten_behind_the_saver_is_skipped_and_quarantined(s3_bu
     saver = VerifiedSaver(storage=s3_storage(endpoint, bucket))
     configs = put_chain(saver, 3)
     newest = configs[-1]["configurable"]["checkpoint_id"]
-    key = _keys.checkpoint_key("t", "", newest)
+    key = record_keys.checkpoint_key("t", "", newest)
     client = s3_client(endpoint)
     stored = client.get_object(Bucket=bucket, Key=f"store/{key}")["Body"].read()
     damaged = bytearray(stored)
@@ -165,8 +161,8 @@ def test_a_keyed_store_rejects_records_written_without_its_key(s3_bucket):
     # a record made by a saver without the key, put where the newest one is
     unkeyed = VerifiedSaver(storage=s3_storage(endpoint, bucket, prefix="other"))
     forged = put_chain(unkeyed, 2)
-    forged_key = _keys.checkpoint_key("t", "", forged[-1]["configurable"]["checkpoint_id"])
-    newest_key = _keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
+    forged_key = record_keys.checkpoint_key("t", "", forged[-1]["configurable"]["checkpoint_id"])
+    newest_key = record_keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
     saver.storage.write(newest_key, unkeyed.storage.read(forged_key))
     reader = VerifiedSaver(storage=s3_storage(endpoint, bucket), key=key)
     assert reader.get_tuple(THREAD).config == configs[0]
@@ -461,7 +457,7 @@ def test_damage_in_a_bucket_this_process_cannot_write_is_read_past_and_left(faul
     endpoint, bucket = s3_bucket
     writer = VerifiedSaver(storage=s3_storage(endpoint, bucket))
     configs = put_chain(writer, 3)
-    key = _keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
+    key = record_keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
     damaged = bytearray(writer.storage.read(key))
     damaged[len(damaged) // 2] ^= 0x01
     writer.storage.write(key, bytes(damaged))

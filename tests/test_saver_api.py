@@ -17,15 +17,19 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 
 from langgraph_checkpoint_verified import VerifiedSaver, VerifiedSaverError
-from langgraph_checkpoint_verified._format import Codec
-from langgraph_checkpoint_verified._keys import TEMP_PREFIX, checkpoints_prefix, thread_prefix
-from langgraph_checkpoint_verified._records import (
+from langgraph_checkpoint_verified.records.format import Codec
+from langgraph_checkpoint_verified.records.keys import (
+    TEMP_PREFIX,
+    checkpoints_prefix,
+    thread_prefix,
+)
+from langgraph_checkpoint_verified.records.kinds import (
     VALUE_FULL,
     StoredValue,
     decode_checkpoint,
     encode_checkpoint,
 )
-from langgraph_checkpoint_verified._storage import _PID_SPACE
+from langgraph_checkpoint_verified.storage.files import PID_SPACE
 
 
 def put_chain(saver: VerifiedSaver, thread_id: str, n: int) -> list[dict]:
@@ -170,7 +174,7 @@ def test_a_write_killed_before_its_rename_leaves_a_temp_file_that_is_never_read(
     assert len(leftovers) == 1  # the complete, fsynced, never renamed log
     assert leftovers[0].stat().st_size > 0
 
-    live = directory / f"{TEMP_PREFIX}{os.getpid()}-{_PID_SPACE}-inflight"
+    live = directory / f"{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-inflight"
     live.write_bytes(b"partial")
     saver = VerifiedSaver(store)
     latest = saver.get_tuple(generate_config("t"))
@@ -256,8 +260,8 @@ def test_unreadable_records_are_reported_not_raised_and_not_moved(tmp_path, monk
 def test_quarantine_never_puts_back_over_a_newer_record(tmp_path, backend):
     """A reader judges damaged bytes; writers replace the record twice around its move.
     The move caught a good record, which goes back only if nothing newer is there."""
-    from langgraph_checkpoint_verified._keys import writes_key
-    from langgraph_checkpoint_verified._records import WritesRecord, encode_writes
+    from langgraph_checkpoint_verified.records.keys import writes_key
+    from langgraph_checkpoint_verified.records.kinds import WritesRecord, encode_writes
 
     saver = VerifiedSaver(tmp_path / "s") if backend == "files" else VerifiedSaver.in_memory()
     (config,) = put_chain(saver, "t", 1)
@@ -342,7 +346,7 @@ def test_writes_share_the_thread_lock_and_maintenance_takes_it_alone(tmp_path):
     it exclusively, so they never remove what a write is in the middle of storing."""
     from contextlib import contextmanager
 
-    from langgraph_checkpoint_verified._keys import thread_prefix
+    from langgraph_checkpoint_verified.records.keys import thread_prefix
 
     saver = VerifiedSaver(tmp_path / "s")
     taken = []
@@ -369,13 +373,13 @@ def test_writes_share_the_thread_lock_and_maintenance_takes_it_alone(tmp_path):
 def test_a_lock_won_on_a_deleted_directory_is_taken_again_on_the_new_one(tmp_path, monkeypatch):
     """delete_thread renames the thread directory, lock file and all, while a put may be
     waiting on that lock; the waiter must then lock the thread as it is now."""
-    from langgraph_checkpoint_verified import _storage
-    from langgraph_checkpoint_verified._keys import thread_prefix
+    from langgraph_checkpoint_verified.records.keys import thread_prefix
+    from langgraph_checkpoint_verified.storage import files
 
     saver = VerifiedSaver(tmp_path / "s")
     put_chain(saver, "t", 1)
     prefix = thread_prefix("t")
-    real_flock = _storage.fcntl.flock
+    real_flock = files.fcntl.flock
     calls = []
 
     def flock_while_the_thread_is_deleted(fd, operation):
@@ -384,9 +388,9 @@ def test_a_lock_won_on_a_deleted_directory_is_taken_again_on_the_new_one(tmp_pat
             saver.storage.delete_tree(prefix)  # what a concurrent delete_thread does
         return real_flock(fd, operation)
 
-    monkeypatch.setattr(_storage.fcntl, "flock", flock_while_the_thread_is_deleted)
+    monkeypatch.setattr(files.fcntl, "flock", flock_while_the_thread_is_deleted)
     with saver.storage.lock(prefix, exclusive=False):
-        lock_file = tmp_path / "s" / prefix / _storage.LOCK_NAME
+        lock_file = tmp_path / "s" / prefix / files.LOCK_NAME
         assert lock_file.exists()  # the new directory's lock, not the deleted one's
     assert len(calls) == 2
     monkeypatch.undo()
@@ -409,7 +413,7 @@ def test_a_summary_listing_verifies_every_record_and_deserializes_no_value(tmp_p
     c = put_at(saver, b, {"x": "x3", "y": "y1"}, {"x": 3, "y": 1}, {"x": 3})
     saver.put_writes(c, [("x", "pending")], "task")
     full = list(saver.list(generate_config("t")))
-    summaries = list(saver._list(None, filter=None, before=None, limit=None, values=False))
+    summaries = list(saver.engine.list_checkpoints(None, values=False))
     assert [s.config for s in summaries] == [f.config for f in full] == [c, b, a]
     assert [s.metadata for s in summaries] == [f.metadata for f in full]
     assert all(s.checkpoint["channel_values"] == {} for s in summaries)
@@ -420,4 +424,38 @@ def test_a_summary_listing_verifies_every_record_and_deserializes_no_value(tmp_p
     a_key = sorted(saver.storage.walk(checkpoints_prefix("t", "")))[0]
     record = saver.storage.read(a_key)
     saver.storage.write(a_key, record[:-1] + bytes([record[-1] ^ 0xFF]))
-    assert list(saver._list(None, filter=None, before=None, limit=None, values=False)) == []
+    assert list(saver.engine.list_checkpoints(None, values=False)) == []
+
+
+def test_a_serializer_set_on_a_saver_is_used_by_it_and_by_no_copy_of_it(tmp_path):
+    """LangGraph sets ``serde`` on a shallow copy (``with_allowlist``) and the LangGraph
+    server sets it on the saver itself (JS graphs): each saver reads and writes with its
+    own serializer, and a copy's never reaches the saver it was copied from."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class Tagging(JsonPlusSerializer):
+        def dumps_typed(self, obj):
+            kind, data = super().dumps_typed(obj)
+            return kind, b"tag:" + data
+
+        def loads_typed(self, data):
+            kind, payload = data
+            assert payload.startswith(b"tag:"), "read with the wrong serializer"
+            return super().loads_typed((kind, payload[len(b"tag:") :]))
+
+    import copy
+
+    saver = VerifiedSaver(tmp_path / "s")
+    plain = saver.serde
+    tagged = copy.copy(saver)
+    tagged.serde = Tagging()
+    config = tagged.put(
+        {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+        generate_checkpoint(),
+        generate_metadata(),
+        {},
+    )
+    assert tagged.get_tuple(config).checkpoint["id"] == config["configurable"]["checkpoint_id"]
+    assert saver.serde is plain and saver.engine.serde is plain
+    assert tagged.engine.serde is tagged.serde
+    assert tagged.engine.storage is saver.engine.storage  # one store, one set of caches

@@ -21,11 +21,14 @@ import shutil
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-from langgraph_checkpoint_verified import VerifiedSaver, _keys, _storage
-from langgraph_checkpoint_verified._entries import scan
-from langgraph_checkpoint_verified._format import RecordKind
-from langgraph_checkpoint_verified._log import LOG_NAME
-from langgraph_checkpoint_verified._storage import MemoryStorage, RecordFileStorage
+from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified.records import keys as record_keys
+from langgraph_checkpoint_verified.records.format import RecordKind
+from langgraph_checkpoint_verified.storage import memory
+from langgraph_checkpoint_verified.storage.files import RecordFileStorage
+from langgraph_checkpoint_verified.storage.log.entries import scan
+from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
+from langgraph_checkpoint_verified.storage.memory import MemoryStorage
 
 # -- MemoryStorage's index ------------------------------------------------------
 
@@ -47,7 +50,7 @@ def assert_index_matches_records(storage: MemoryStorage, prefixes: list[str]) ->
         assert set(listed) == scanned_list(records, prefix), prefix
         assert list(storage.walk(prefix)) == scanned_walk(records, prefix), prefix
     # nothing is indexed that no key needs any more
-    assert storage.records.children == _storage._IndexedRecords(records).children
+    assert storage.records.children == memory._IndexedRecords(records).children
 
 
 def random_key(rng: random.Random) -> str:
@@ -114,7 +117,7 @@ def test_memory_list_of_a_thread_ignores_other_threads():
         generate_metadata(),
         {"x": 1},
     )
-    prefix = _keys.checkpoints_prefix("mine", "")
+    prefix = record_keys.checkpoints_prefix("mine", "")
     assert len(saver.storage.list(prefix)) == 1
     assert saver.get_tuple({"configurable": {"thread_id": "mine"}}).checkpoint[
         "channel_values"
@@ -216,7 +219,9 @@ def test_quarantine_after_its_directory_was_removed(tmp_path):
     configs = [put_one(saver, "t", value) for value in (1, 2, 3)]
     # entries after the checkpoints': damage to them is in the middle of the log, not a torn tail
     saver.put_writes(configs[0], [("x", 0)], "task")
-    keys = [_keys.checkpoint_key("t", "", c["configurable"]["checkpoint_id"]) for c in configs]
+    keys = [
+        record_keys.checkpoint_key("t", "", c["configurable"]["checkpoint_id"]) for c in configs
+    ]
     flip_middle_byte(root, keys[2])
     assert latest_value(saver, "t") == 2
     shutil.rmtree(root / "quarantine")  # a person clears the quarantine
@@ -235,7 +240,7 @@ def test_file_list_hides_temp_and_lock_files_whatever_the_other_names(tmp_path):
     storage.write("d/plain", b"2")
     with storage.lock("d", exclusive=True):
         pass
-    (tmp_path / "store" / "d" / f"{_keys.TEMP_PREFIX}{os.getpid()}-abc").write_bytes(b"t")
+    (tmp_path / "store" / "d" / f"{record_keys.TEMP_PREFIX}{os.getpid()}-abc").write_bytes(b"t")
     assert sorted(storage.list("d")) == ["-first", "plain"]
     storage.delete("d/-first")
     assert storage.list("d") == ["plain"]
@@ -282,7 +287,7 @@ def test_acknowledged_writes_are_fsynced_and_quarantine_notes_are_not(tmp_path, 
         fsyncs.during(lambda: saver.put_tool_record("t", "", "c", "intent", fingerprint="f")) >= 1
     )
 
-    key = _keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
+    key = record_keys.checkpoint_key("t", "", configs[-1]["configurable"]["checkpoint_id"])
     # a reader that has not seen the log yet finds the damaged entry by its key
     _, damaged = flip_middle_byte(tmp_path / "store", key)
 

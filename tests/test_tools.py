@@ -39,7 +39,7 @@ from langgraph_checkpoint_verified import (
     idempotency_key,
     run_with_recovery,
 )
-from langgraph_checkpoint_verified._keys import decode_segment
+from langgraph_checkpoint_verified.records.keys import decode_segment
 from langgraph_checkpoint_verified.tools import fingerprint, record_namespace
 
 HERE = Path(__file__).parent

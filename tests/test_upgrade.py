@@ -16,7 +16,7 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._storage import RecordFileStorage
+from langgraph_checkpoint_verified.storage.files import RecordFileStorage
 
 CONFIG = {"configurable": {"thread_id": "old"}}
 

@@ -21,7 +21,7 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified._records import VALUE_EXTEND, VALUE_FULL, decode_checkpoint
+from langgraph_checkpoint_verified.records.kinds import VALUE_EXTEND, VALUE_FULL, decode_checkpoint
 
 BACKENDS = ["files", "memory"]
 WORDS = [f"word{i}" for i in range(3000)]

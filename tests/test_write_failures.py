@@ -38,10 +38,11 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver, _keys
-from langgraph_checkpoint_verified._entries import DELETE, PUT, encode_entry, scan
-from langgraph_checkpoint_verified._keys import TEMP_PREFIX
-from langgraph_checkpoint_verified._log import LOG_NAME
+from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
+from langgraph_checkpoint_verified.records import keys
+from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
+from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry, scan
+from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
 
 THREAD_ID = "disk-full"
 THREAD = {"configurable": {"thread_id": THREAD_ID}}
@@ -91,7 +92,7 @@ def is_temp(path: str) -> bool:
 
 
 def thread_dir(root: Path) -> str:
-    return str(root / _keys.thread_prefix(THREAD_ID))
+    return str(root / keys.thread_prefix(THREAD_ID))
 
 
 class Fault:
@@ -320,7 +321,7 @@ def test_put_writes_fails_cleanly_at_each_step_of_an_append(store, monkeypatch, 
 
 def tear_the_tail(root: Path) -> bytes:
     """Append half an entry to the log, as a writer killed in its ``write`` leaves it."""
-    key = f"{_keys.thread_prefix(THREAD_ID)}/ns/-/never-acknowledged"
+    key = f"{keys.thread_prefix(THREAD_ID)}/ns/-/never-acknowledged"
     torn = encode_entry(PUT, key, b"x" * 200)[:100]
     with open(log_path(root), "ab") as f:
         f.write(torn)

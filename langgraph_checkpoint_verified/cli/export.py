@@ -1,0 +1,329 @@
+"""``export`` and ``import``: a portable, versioned JSON-lines copy of threads.
+
+The first line is the header ``{"format": "langgraph-verified-export", "version": 1}``.
+Every other line is one object with a ``"type"`` (``checkpoint``; ``writes``, one
+task's batch of pending writes; ``tool_record``) and a ``"sha256"``: the hex digest of
+the line's canonical JSON (sorted keys, no spaces) without that field. Values are the
+saver's serde output (``{"type": ..., "data": base64}``), so an import restores them
+exactly; pending writes keep their ``task_path`` and indices.
+
+Typer commands, registered by ``app``: ``export`` and ``import_`` (the ``import``
+command) are the commands, their parameters the commands' arguments and options.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Annotated, Any
+
+import typer
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+from langgraph_checkpoint_verified.cli import output
+from langgraph_checkpoint_verified.cli.output import EXIT_OK, progress
+from langgraph_checkpoint_verified.cli.params import KeyFile, Store
+from langgraph_checkpoint_verified.cli.store import (
+    CommandError,
+    create_or_open,
+    need_thread,
+    open_store,
+    run_guarded,
+    store_exists,
+)
+from langgraph_checkpoint_verified.records import keys as record_keys
+from langgraph_checkpoint_verified.saver import VerifiedSaver
+
+FORMAT = "langgraph-verified-export"
+"""The ``format`` of an export's header line."""
+VERSION = 1
+"""The version of the export format this module writes and reads."""
+HEADER = {"format": FORMAT, "version": VERSION}
+"""An export's first line."""
+
+
+def _digest(line: dict[str, Any]) -> str:
+    body = {k: v for k, v in line.items() if k != "sha256"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _sealed(line: dict[str, Any]) -> str:
+    return json.dumps({**line, "sha256": _digest(line)}, ensure_ascii=False) + "\n"
+
+
+def _typed(saver: VerifiedSaver, value: Any) -> dict[str, str]:
+    type_, data = saver.serde.dumps_typed(value)
+    return {"type": type_, "data": base64.b64encode(data).decode("ascii")}
+
+
+def _untyped(saver: VerifiedSaver, typed: dict[str, str]) -> Any:
+    return saver.serde.loads_typed((typed["type"], base64.b64decode(typed["data"])))
+
+
+def export_lines(saver: VerifiedSaver, thread_ids: list[str]) -> list[dict[str, Any]]:
+    """Every line of an export of ``thread_ids``, before it is sealed with its sha256.
+
+    Args:
+        saver: The opened store.
+        thread_ids: The threads to export, in order.
+
+    Returns:
+        Per thread: its checkpoints oldest first, each followed by its writes
+        records, then its tool records.
+    """
+    lines: list[dict[str, Any]] = []
+    with progress("exporting") as bar:
+        task = bar.add_task("exporting", total=len(thread_ids))
+        for thread_id in thread_ids:
+            found = sorted(saver.list(output.thread_config(thread_id)), key=output.checkpoint_id)
+            for item in found:  # oldest first: parents before children
+                where = {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": output.namespace(item),
+                    "checkpoint_id": output.checkpoint_id(item),
+                }
+                lines.append(
+                    {
+                        "type": "checkpoint",
+                        **where,
+                        "parent_checkpoint_id": output.parent_id(item),
+                        "checkpoint": _typed(saver, item.checkpoint),
+                        "metadata": _typed(saver, item.metadata),
+                        "channel_versions": dict(item.checkpoint["channel_versions"]),
+                    }
+                )
+                lines.extend(_writes_lines(saver, where))
+            lines.extend(_tool_lines(saver, thread_id))
+            bar.advance(task)
+    return lines
+
+
+def _writes_lines(saver: VerifiedSaver, where: dict[str, str]) -> list[dict[str, Any]]:
+    """One line per stored writes record (one task's batch), with its task_path and indices."""
+    thread_id, checkpoint_ns, checkpoint_id = (
+        where["thread_id"],
+        where["checkpoint_ns"],
+        where["checkpoint_id"],
+    )
+    prefix = record_keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
+    lines = []
+    for name in sorted(saver.storage.list(prefix)):
+        record = saver.engine.reader.read_writes(
+            f"{prefix}/{name}", thread_id, checkpoint_ns, checkpoint_id
+        )
+        if record is None:
+            continue  # damaged: verify reports it; an export holds what verifies
+        lines.append(
+            {
+                "type": "writes",
+                **where,
+                "task_id": record.task_id,
+                "task_path": record.task_path,
+                "writes": [
+                    {
+                        "idx": idx,
+                        "channel": channel,
+                        "value": {
+                            "type": type_,
+                            "data": base64.b64encode(data).decode("ascii"),
+                        },
+                    }
+                    for idx, channel, (type_, data) in sorted(record.writes, key=lambda w: w[0])
+                ],
+            }
+        )
+    return lines
+
+
+def _tool_lines(saver: VerifiedSaver, thread_id: str) -> list[dict[str, Any]]:
+    lines = []
+    for key in sorted(saver.storage.walk(record_keys.tools_prefix(thread_id))):
+        kind = key.rsplit(".", 1)[-1]
+        data = saver.storage.read(key)
+        if data is None or kind not in ("intent", "result"):
+            continue
+        try:
+            identity = saver.codec.read_header(data).identity
+        except Exception:
+            continue  # damaged: verify reports it; an export holds what verifies
+        record = saver.get_tool_record(
+            thread_id, identity["checkpoint_ns"], identity["tool_call_id"], kind
+        )
+        if record is None:
+            continue
+        fingerprint, value = record
+        lines.append(
+            {
+                "type": "tool_record",
+                "thread_id": thread_id,
+                "checkpoint_ns": identity["checkpoint_ns"],
+                "tool_call_id": identity["tool_call_id"],
+                "kind": kind,
+                "fingerprint": fingerprint,
+                "value": _typed(saver, value),
+            }
+        )
+    return lines
+
+
+def export(
+    store: Store,
+    file: Annotated[str, typer.Argument(metavar="FILE", help="where to write ('-': stdout)")],
+    thread: Annotated[
+        str | None, typer.Option("--thread", metavar="T", help="only this thread")
+    ] = None,
+    key_file: KeyFile = None,
+) -> int:
+    """Write threads (checkpoints, pending writes, tool records) as checksummed JSON lines."""
+
+    def body() -> int:
+        saver = open_store(store, key_file)
+        thread_ids = (
+            [need_thread(saver, thread, store)] if thread else sorted(saver.engine.thread_ids())
+        )
+        lines = [
+            json.dumps(HEADER) + "\n",
+            *(_sealed(line) for line in export_lines(saver, thread_ids)),
+        ]
+        if file == "-":
+            import sys
+
+            sys.stdout.writelines(lines)
+            return EXIT_OK
+        with open(file, "w", encoding="utf-8") as out:
+            out.writelines(lines)
+        checkpoints = sum(1 for line in lines if '"type": "checkpoint"' in line)
+        typer.echo(
+            f"exported {len(thread_ids)} thread(s), {checkpoints} checkpoint(s) to {file}",
+            err=True,
+        )
+        return EXIT_OK
+
+    return run_guarded(body, store=store)
+
+
+def read_export(saver: VerifiedSaver, file: str) -> list[dict[str, Any]]:
+    """Every line of an export, checked and decoded; raises CommandError on the first bad one.
+
+    Args:
+        saver: The saver whose serde decodes the values.
+        file: The export's path.
+
+    Returns:
+        The lines after the header, values decoded.
+
+    Raises:
+        CommandError: The file is not an export, of another version, or a line is
+            damaged or holds a value that cannot be read.
+    """
+    with open(file, encoding="utf-8") as source:
+        text = source.read().splitlines()
+    if not text:
+        raise CommandError(f"{file} is empty: not a {FORMAT} file")
+    try:
+        header = json.loads(text[0])
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CommandError(f"{file} is not a {FORMAT} file (line 1 is not its header)")
+    if header.get("version") != VERSION:
+        raise CommandError(
+            f"{file} is version {header.get('version')!r}; this version reads {VERSION}"
+        )
+    lines = []
+    for number, raw in enumerate(text[1:], start=2):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+            ok = isinstance(line, dict) and line.get("sha256") == _digest(line)
+        except json.JSONDecodeError:
+            ok = False
+        if not ok:
+            raise CommandError(
+                f"{file} line {number} is damaged (its sha256 does not match); nothing was imported"
+            )
+        try:
+            for field in ("checkpoint", "metadata", "value"):
+                if field in line:
+                    line[field] = _untyped(saver, line[field])
+            for write in line.get("writes", ()):
+                write["value"] = _untyped(saver, write["value"])
+        except Exception as exc:
+            raise CommandError(
+                f"{file} line {number} holds a value that cannot be read ({exc}); "
+                f"nothing was imported"
+            ) from None
+        lines.append(line)
+    return lines
+
+
+def import_(
+    store: Store,
+    file: Annotated[str, typer.Argument(metavar="FILE")],
+    key_file: KeyFile = None,
+) -> int:
+    """Restore an export into a store (created if missing); every line is checked first."""
+
+    def body() -> int:
+        if store_exists(store):
+            saver = open_store(store, key_file, quarantine=True)
+            lines = read_export(saver, file)
+        else:
+            # every line is checked before the store is made: a refused import leaves nothing
+            lines = read_export(VerifiedSaver.in_memory(), file)
+            saver = create_or_open(store, key_file)
+        stored: dict[tuple[str, str, str], Any] = {}
+        counts = {"checkpoint": 0, "writes": 0, "tool_record": 0}
+        with progress("importing") as bar:
+            task = bar.add_task("importing", total=len(lines))
+            for line in lines:
+                kind = line["type"]
+                if kind == "checkpoint":
+                    config = output.thread_config(line["thread_id"], line["checkpoint_ns"])
+                    if line["parent_checkpoint_id"]:
+                        config["configurable"]["checkpoint_id"] = line["parent_checkpoint_id"]
+                    where = (line["thread_id"], line["checkpoint_ns"], line["checkpoint_id"])
+                    stored[where] = saver.put(
+                        config, line["checkpoint"], line["metadata"], line["channel_versions"]
+                    )
+                elif kind == "writes":
+                    where = (line["thread_id"], line["checkpoint_ns"], line["checkpoint_id"])
+                    _put_writes(saver, stored[where], line)
+                elif kind == "tool_record":
+                    saver.put_tool_record(
+                        line["thread_id"],
+                        line["checkpoint_ns"],
+                        line["tool_call_id"],
+                        line["kind"],
+                        fingerprint=line["fingerprint"],
+                        value=line["value"],
+                    )
+                counts[kind] = counts.get(kind, 0) + 1
+                bar.advance(task)
+        print(
+            f"imported {counts['checkpoint']} checkpoint(s), {counts['writes']} pending "
+            f"write batch(es) and {counts['tool_record']} tool record(s) into {store}"
+        )
+        return EXIT_OK
+
+    return run_guarded(body, store=store)
+
+
+def _put_writes(saver: VerifiedSaver, config: Any, line: dict[str, Any]) -> None:
+    """Store one task's batch as the run did.
+
+    ``put_writes`` numbers regular writes by their position in one call, special ones
+    (errors, interrupts) by their kind.
+    """
+    writes = sorted(line["writes"], key=lambda write: write["idx"])
+    regular = [(w["channel"], w["value"]) for w in writes if w["channel"] not in WRITES_IDX_MAP]
+    if regular:
+        saver.put_writes(config, regular, line["task_id"], line["task_path"])
+    for w in writes:
+        if w["channel"] in WRITES_IDX_MAP:
+            saver.put_writes(
+                config, [(w["channel"], w["value"])], line["task_id"], line["task_path"]
+            )

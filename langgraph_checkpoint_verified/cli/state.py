@@ -1,0 +1,504 @@
+"""``threads``, ``history``, ``show``, ``stats`` and ``prune``: a store as people read it.
+
+Typer commands, registered by ``app``: each public function named after a command
+is that command, its parameters the command's arguments and options. They open the
+store with ``quarantine=False`` (``prune`` without ``--dry-run`` excepted) and run
+under ``store.run_guarded``: whatever stops them is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+import typer
+
+from langgraph_checkpoint_verified.cli import output
+from langgraph_checkpoint_verified.cli.output import (
+    EXIT_OK,
+    escape,
+    is_internal,
+    out,
+    print_json,
+    progress,
+    table,
+)
+from langgraph_checkpoint_verified.cli.params import AsJson, KeyFile, Store
+from langgraph_checkpoint_verified.cli.store import (
+    CommandError,
+    need_thread,
+    open_store,
+    quarantined_count,
+    resolve_id,
+    run_guarded,
+)
+from langgraph_checkpoint_verified.records import keys as record_keys
+from langgraph_checkpoint_verified.saver import VerifiedSaver
+
+INTERRUPT = "__interrupt__"
+"""The channel of the pending writes that hold a thread's interrupts."""
+
+
+def record_bytes(saver: VerifiedSaver, prefix: str) -> int:
+    """How many bytes the records under ``prefix`` take.
+
+    Args:
+        saver: The opened store.
+        prefix: A key prefix, e.g. a thread's.
+
+    Returns:
+        The files' sizes, or for object storage the records' lengths.
+    """
+    total = 0
+    for key in saver.storage.walk(prefix):
+        try:
+            total += os.path.getsize(saver.storage.location(key))
+        except OSError:
+            data = saver.storage.read(key)
+            total += len(data or b"")
+    return total
+
+
+def _interrupts(found: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "task_id": task_id,
+            "id": getattr(item, "id", None),
+            "value": output.jsonable(getattr(item, "value", item)),
+        }
+        for task_id, channel, value in found.pending_writes or ()
+        if channel == INTERRUPT
+        for item in (value if isinstance(value, (list, tuple)) else [value])
+    ]
+
+
+# -- threads ---------------------------------------------------------------------
+
+
+def thread_summaries(saver: VerifiedSaver) -> list[dict[str, Any]]:
+    """Every thread of a store, as ``threads`` shows it.
+
+    Args:
+        saver: The opened store.
+
+    Returns:
+        One dict per thread, by thread id: ``checkpoints``, ``namespaces``,
+        ``last_step``, ``last_checkpoint_id``, ``last_write``, ``bytes`` and the
+        ``interrupts`` its newest root checkpoint waits at.
+    """
+    thread_ids = sorted(saver.engine.thread_ids())
+    summaries = []
+    with progress("reading threads") as bar:
+        task = bar.add_task("reading threads", total=len(thread_ids))
+        for thread_id in thread_ids:
+            found = list(saver.list(output.thread_config(thread_id)))
+            root = [f for f in found if output.namespace(f) == ""]
+            newest = max(root or found, key=output.checkpoint_id, default=None)
+            summaries.append(
+                {
+                    "thread_id": thread_id,
+                    "checkpoints": len(found),
+                    "namespaces": sorted({output.namespace(f) for f in found}),
+                    "last_step": newest.metadata.get("step") if newest else None,
+                    "last_checkpoint_id": output.checkpoint_id(newest) if newest else None,
+                    "last_write": newest.checkpoint.get("ts") if newest else None,
+                    "bytes": record_bytes(saver, record_keys.thread_prefix(thread_id)),
+                    "interrupts": _interrupts(newest) if newest else [],
+                }
+            )
+            bar.advance(task)
+    return summaries
+
+
+def threads(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> int:
+    """Every thread: checkpoints, namespaces, last step and write, bytes, interrupts."""
+
+    def body() -> int:
+        saver = open_store(store, key_file)
+        summaries = thread_summaries(saver)
+        if as_json:
+            print_json({"store": saver.storage.location(""), "threads": summaries})
+            return EXIT_OK
+        grid = table(
+            "THREAD", "CHECKPOINTS", "NAMESPACES", "LAST STEP", "LAST WRITE", "BYTES", "WAITING"
+        )
+        for s in summaries:
+            waiting = (
+                "; ".join(output.clip(repr(i["value"])) for i in s["interrupts"])
+                if s["interrupts"]
+                else "-"
+            )
+            grid.add_row(
+                s["thread_id"],
+                str(s["checkpoints"]),
+                ", ".join(output.ns_label(ns) for ns in s["namespaces"]) or "-",
+                output.text(s["last_step"]),
+                output.text(s["last_write"]),
+                str(s["bytes"]),
+                f"[yellow]{waiting}[/]" if s["interrupts"] else waiting,
+            )
+        out().print(grid)
+        return EXIT_OK
+
+    return run_guarded(body, store=store)
+
+
+# -- history ---------------------------------------------------------------------
+
+
+def thread_history(
+    saver: VerifiedSaver, thread_id: str, ns: str | None, limit: int | None
+) -> list[dict[str, Any]]:
+    """A thread's checkpoints, newest first, as ``history`` shows them.
+
+    Damaged and unusable checkpoints are listed too, with their ``status`` and
+    ``problem``.
+
+    Args:
+        saver: The opened store.
+        thread_id: The thread, which the store has.
+        ns: Only this namespace; ``None`` for every one.
+        limit: At most this many rows; ``None`` for all.
+
+    Returns:
+        One dict per checkpoint.
+    """
+    found = list(saver.list(output.thread_config(thread_id, ns)))
+    versions = {
+        (output.namespace(f), output.checkpoint_id(f)): f.checkpoint["channel_versions"]
+        for f in found
+    }
+    report = saver.verify(thread_id)
+    rows: list[dict[str, Any]] = []
+    for item in found:
+        checkpoint_ns, checkpoint_id = output.namespace(item), output.checkpoint_id(item)
+        parent = output.parent_id(item)
+        parent_versions = versions.get((checkpoint_ns, parent)) if parent else {}
+        own = item.checkpoint["channel_versions"]
+        rows.append(
+            {
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": checkpoint_id,
+                "step": item.metadata.get("step"),
+                "source": item.metadata.get("source"),
+                "parent_checkpoint_id": parent,
+                "changed_channels": None
+                if parent_versions is None
+                else sorted(ch for ch, v in own.items() if parent_versions.get(ch) != v),
+                "bytes": _checkpoint_bytes(saver, thread_id, checkpoint_ns, checkpoint_id),
+                "status": "ok",
+                "problem": None,
+            }
+        )
+    listed = {(r["checkpoint_ns"], r["checkpoint_id"]) for r in rows}
+    for unusable in report.unusable_checkpoints:
+        where = (unusable.checkpoint_ns, unusable.checkpoint_id)
+        if ns is not None and unusable.checkpoint_ns != ns:
+            continue
+        problem = unusable.reason or f"because of {unusable.because_of}"
+        if where in listed:
+            for row in rows:
+                if (row["checkpoint_ns"], row["checkpoint_id"]) == where:
+                    row.update(status="unusable", problem=problem)
+            continue
+        listed.add(where)
+        rows.append(
+            {
+                "checkpoint_ns": unusable.checkpoint_ns,
+                "checkpoint_id": unusable.checkpoint_id,
+                "step": None,
+                "source": None,
+                "parent_checkpoint_id": None,
+                "changed_channels": None,
+                "bytes": _checkpoint_bytes(saver, thread_id, *where),
+                "status": "unusable",
+                "problem": problem,
+            }
+        )
+    for damage in report.damaged:
+        damaged_id = record_keys.checkpoint_id_of(damage.key.rsplit("/", 1)[-1])
+        identity = damage.identity or {}
+        checkpoint_ns = identity.get("checkpoint_ns", "")
+        if damaged_id is None or (checkpoint_ns, damaged_id) in listed:
+            continue
+        if ns is not None and checkpoint_ns != ns:
+            continue
+        listed.add((checkpoint_ns, damaged_id))
+        rows.append(
+            {
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": damaged_id,
+                "step": None,
+                "source": None,
+                "parent_checkpoint_id": None,
+                "changed_channels": None,
+                "bytes": None,
+                "status": "damaged",
+                "problem": damage.reason,
+            }
+        )
+    rows.sort(key=lambda r: (r["checkpoint_ns"], r["checkpoint_id"]), reverse=True)
+    return rows[:limit] if limit is not None else rows
+
+
+def _checkpoint_bytes(
+    saver: VerifiedSaver, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+) -> int | None:
+    try:
+        data = saver.storage.read(
+            record_keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+        )
+    except OSError:
+        return None
+    return len(data) if data is not None else None
+
+
+def history(
+    store: Store,
+    thread: Annotated[str, typer.Argument(metavar="THREAD")],
+    ns: Annotated[
+        str | None, typer.Option("--ns", metavar="NS", help="only this namespace")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", metavar="N", min=1)] = None,
+    as_json: AsJson = False,
+    key_file: KeyFile = None,
+) -> int:
+    """A thread's checkpoints, newest first; damaged and unusable ones are marked."""
+
+    def body() -> int:
+        saver = open_store(store, key_file)
+        need_thread(saver, thread, store)
+        rows = thread_history(saver, thread, ns, limit)
+        if as_json:
+            print_json({"thread_id": thread, "checkpoints": rows})
+            return EXIT_OK
+        grid = table("CHECKPOINT", "NS", "STEP", "SOURCE", "CHANGED", "BYTES", "STATUS")
+        for r in rows:
+            changed = r["changed_channels"]
+            status = "ok" if r["status"] == "ok" else f"[red]{r['status']}: {r['problem']}[/]"
+            grid.add_row(
+                r["checkpoint_id"],
+                output.ns_label(r["checkpoint_ns"]),
+                output.text(r["step"]),
+                output.text(r["source"]),
+                "?"
+                if changed is None
+                else ", ".join(c for c in changed if not is_internal(c)) or "-",
+                output.text(r["bytes"]),
+                status,
+            )
+        out().print(grid)
+        return EXIT_OK
+
+    return run_guarded(body, store=store)
+
+
+# -- show ------------------------------------------------------------------------
+
+
+def describe_state(found: Any, *, everything: bool) -> dict[str, Any]:
+    """The state at a checkpoint, as ``show --json`` prints it.
+
+    Args:
+        found: A checkpoint as ``saver.list`` returns it.
+        everything: Also LangGraph's internal channels and the interrupts' writes.
+
+    Returns:
+        Its id, namespace, step, source, channels, next nodes, pending writes and
+        interrupts.
+    """
+    values = found.checkpoint["channel_values"]
+    return {
+        "checkpoint_id": output.checkpoint_id(found),
+        "checkpoint_ns": output.namespace(found),
+        "step": found.metadata.get("step"),
+        "source": found.metadata.get("source"),
+        "channels": {
+            channel: output.jsonable(value)
+            for channel, value in sorted(values.items())
+            if everything or not is_internal(channel)
+        },
+        "next": sorted(c.removeprefix("branch:to:") for c in values if c.startswith("branch:to:")),
+        "pending_writes": [
+            {"task_id": task_id, "channel": channel, "value": output.jsonable(value)}
+            for task_id, channel, value in found.pending_writes or ()
+            if everything or channel != INTERRUPT
+        ],
+        "interrupts": _interrupts(found),
+    }
+
+
+def _message_lines(messages: list[Any]) -> list[str]:
+    lines = []
+    results = {
+        getattr(m, "tool_call_id", None): m for m in messages if getattr(m, "type", "") == "tool"
+    }
+    for message in messages:
+        if message.type == "tool":
+            continue  # shown under the call that asked for it
+        content = message.content if isinstance(message.content, str) else repr(message.content)
+        lines.append(f"  [bold]{message.type}[/]: {escape(output.clip(content))}")
+        for call in getattr(message, "tool_calls", None) or ():
+            lines.append(f"    calls {call['name']}({escape(output.clip(repr(call['args'])))})")
+            result = results.get(call.get("id"))
+            lines.append(
+                "      -> "
+                + (escape(output.clip(str(result.content))) if result else "(no result recorded)")
+            )
+    return lines
+
+
+def show(
+    store: Store,
+    thread: Annotated[str, typer.Argument(metavar="THREAD")],
+    checkpoint: Annotated[
+        str | None, typer.Option("--checkpoint", metavar="ID", help="id or unique prefix")
+    ] = None,
+    ns: Annotated[str, typer.Option("--ns", metavar="NS")] = "",
+    everything: Annotated[bool, typer.Option("--all", help="also internal channels")] = False,
+    as_json: AsJson = False,
+    key_file: KeyFile = None,
+) -> int:
+    """The state at a checkpoint (the newest by default) as a person reads it."""
+
+    def body() -> int:
+        saver = open_store(store, key_file)
+        need_thread(saver, thread, store)
+        found_all = {
+            output.checkpoint_id(f): f for f in saver.list(output.thread_config(thread, ns))
+        }
+        if not found_all:
+            raise CommandError(f"thread {thread!r} has no verified checkpoint in {store}")
+        wanted = (
+            resolve_id(found_all, checkpoint, thread, ns)
+            if checkpoint is not None
+            else max(found_all)
+        )
+        found = found_all[wanted]
+        state = describe_state(found, everything=everything)
+        if as_json:
+            print_json({"thread_id": thread, **state})
+            return EXIT_OK
+        console = out()
+        console.print(
+            f"thread [bold]{escape(thread)}[/]  namespace {output.ns_label(ns)}  "
+            f"checkpoint {state['checkpoint_id']}  step {output.text(state['step'])}  "
+            f"({output.text(state['source'])})"
+        )
+        for channel, value in sorted(found.checkpoint["channel_values"].items()):
+            if not everything and is_internal(channel):
+                continue
+            if output.is_message_list(value):
+                console.print(f"[cyan]{escape(channel)}[/] ({len(value)} messages)")
+                for line in _message_lines(value):
+                    console.print(line)
+            else:
+                console.print(f"[cyan]{escape(channel)}[/]: {escape(output.clip(repr(value)))}")
+        console.print(f"next: {', '.join(state['next']) or '-'}")
+        for write in state["pending_writes"]:
+            console.print(
+                f"pending write {escape(write['channel'])} from task {write['task_id']}: "
+                f"{escape(output.clip(repr(write['value'])))}"
+            )
+        for interrupt in state["interrupts"]:
+            console.print(
+                "[yellow]waiting at an interrupt[/]: "
+                + escape(output.clip(repr(interrupt["value"])))
+            )
+        return EXIT_OK
+
+    return run_guarded(body, store=store)
+
+
+# -- stats and prune ---------------------------------------------------------------
+
+
+def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> int:
+    """Threads, checkpoints, bytes, compression ratio and quarantined records."""
+
+    def body() -> int:
+        import zstandard
+
+        saver = open_store(store, key_file)
+        stored = raw = records = 0
+        keys = list(saver.storage.walk("threads"))
+        with progress("measuring") as bar:
+            task = bar.add_task("measuring", total=len(keys))
+            for key in keys:
+                data = saver.storage.read(key) or b""
+                records += 1
+                stored += len(data)
+                raw += _raw_size(data, zstandard)
+                bar.advance(task)
+        checkpoints = sum(1 for k in keys if k.endswith(".ckpt"))
+        summary = {
+            "store": saver.storage.location(""),
+            "threads": len(saver.engine.thread_ids()),
+            "checkpoints": checkpoints,
+            "records": records,
+            "bytes": stored,
+            "uncompressed_bytes": raw,
+            "compression_ratio": round(raw / stored, 3) if stored else None,
+            "quarantined_records": quarantined_count(saver),
+        }
+        if as_json:
+            print_json(summary)
+            return EXIT_OK
+        grid = table("", "")
+        grid.show_header = False
+        for name, value in summary.items():
+            grid.add_row(name.replace("_", " "), output.text(value))
+        out().print(grid)
+        return EXIT_OK
+
+    return run_guarded(body, store=store)
+
+
+def _raw_size(data: bytes, zstandard: Any) -> int:
+    """The record's size with its payload decompressed (the frame size when unknown)."""
+    start = data.find(b"\x28\xb5\x2f\xfd")  # zstd frame magic
+    if start < 0:
+        return len(data)
+    try:
+        size = zstandard.frame_content_size(data[start:])
+    except zstandard.ZstdError:
+        return len(data)
+    return start + size if size >= 0 else len(data)
+
+
+def prune(
+    store: Store,
+    thread_ids: Annotated[list[str], typer.Argument(metavar="THREAD...")],
+    strategy: Annotated[
+        str, typer.Option("--strategy", help="keep_latest or delete")
+    ] = "keep_latest",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="say what would go")] = False,
+    key_file: KeyFile = None,
+) -> int:
+    """Drop all but the newest checkpoint of threads (or the threads themselves)."""
+
+    def body() -> int:
+        if strategy not in ("keep_latest", "delete"):
+            raise CommandError(f"unknown strategy {strategy!r}; use keep_latest or delete")
+        saver = open_store(store, key_file, quarantine=not dry_run)
+        for thread_id in thread_ids:
+            need_thread(saver, thread_id, store)
+        outcomes = []
+        for thread_id in thread_ids:
+            found = list(saver.list(output.thread_config(thread_id)))
+            keep = set()
+            if strategy == "keep_latest":
+                newest: dict[str, str] = {}
+                for f in found:
+                    ns = output.namespace(f)
+                    newest[ns] = max(newest.get(ns, ""), output.checkpoint_id(f))
+                keep = set(newest.values())
+            drop = [f for f in found if output.checkpoint_id(f) not in keep]
+            outcomes.append(f"{len(drop)} checkpoint(s) of thread {thread_id!r}, kept {len(keep)}")
+        if not dry_run:
+            saver.prune(thread_ids, strategy=strategy)  # before saying so: it may be refused
+        for outcome in outcomes:
+            print(f"{'would drop' if dry_run else 'dropped'} {outcome}")
+        return EXIT_OK
+
+    return run_guarded(body, store=store)

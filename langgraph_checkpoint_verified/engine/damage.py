@@ -1,0 +1,395 @@
+"""What happens to damage: it is reported, moved aside, counted and never used.
+
+``DamageReporter`` is the one place every damaged record found by the saver
+passes through: it logs to the ``langgraph_checkpoint_verified`` logger, calls
+the user's ``on_corruption`` callback, quarantines the record (moves it under
+``quarantine/`` with a reason record beside it; nothing is deleted), and keeps
+counters. ``verify_store`` scans a whole store (or one thread) and returns a
+``VerifyReport``; with ``repair`` it also moves aside every record no read can
+use any more, so that the store verifies afterwards.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from langgraph_checkpoint_verified.errors import RecordDamagedError
+from langgraph_checkpoint_verified.records.format import Codec, RecordKind
+from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX, Storage
+
+logger = logging.getLogger("langgraph_checkpoint_verified")
+
+CANNOT_WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+"""``OSError`` numbers that say this process cannot change the store (permissions, a
+read-only mount): damage is then read past and reported, and left where it is."""
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged record.
+
+    Attributes:
+        key: The record's key in the store (``threads/.../x.ckpt``).
+        location: Where it was (file path or ``memory:`` key).
+        reason: Which check failed.
+        kind: ``"checkpoint"``, ``"writes"``, ``"tool_result"``... when known.
+        identity: What the record says it is, when its header still verifies.
+        quarantined_to: Where it was moved, if it was quarantined.
+    """
+
+    key: str
+    location: str
+    reason: str
+    kind: str | None = None
+    identity: dict[str, str] | None = None
+    quarantined_to: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RecoveryStats:
+    """Counters of what recovery did since the saver was created.
+
+    Attributes:
+        damaged_records: Damaged records found on read paths.
+        unreadable_records: Records the store could not read (an ``OSError``
+            such as EIO or EACCES); treated as unusable, never moved.
+        quarantined_records: Records moved aside.
+        fallbacks: Reads that returned an older checkpoint than the one asked for
+            (or than the newest one) because of damage.
+        restarts_from_scratch: Reads that found checkpoints but none that verified.
+    """
+
+    damaged_records: int = 0
+    unreadable_records: int = 0
+    quarantined_records: int = 0
+    fallbacks: int = 0
+    restarts_from_scratch: int = 0
+
+
+def kind_name(key: str) -> str | None:
+    if key.endswith(".ckpt"):
+        return "checkpoint"
+    if key.endswith(".wr"):
+        return "writes"
+    if key.endswith(".result"):
+        return "tool_result"
+    if key.endswith(".intent"):
+        return "tool_intent"
+    return None
+
+
+class DamageReporter:
+    """Reports, counts and quarantines damage found while reading.
+
+    Args:
+        storage: The store the records live in.
+        codec: Used to read what a damaged record's header still says, and to
+            write the reason record.
+        on_corruption: Called with each ``Damage``; exceptions it raises are
+            logged and otherwise ignored, so a faulty callback cannot turn a
+            recoverable read into a failure.
+        quarantine: ``False`` only reports and counts; nothing is moved.
+
+    Attributes:
+        read_only_error: The error of the last move refused because this process
+            cannot write to the store (``EACCES``, ``EPERM``, ``EROFS``), or ``None``.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        codec: Codec,
+        *,
+        on_corruption: Callable[[Damage], Any] | None = None,
+        quarantine: bool = True,
+    ) -> None:
+        self.storage = storage
+        self.codec = codec
+        self.on_corruption = on_corruption
+        self.quarantine_enabled = quarantine
+        self.stats = RecoveryStats()
+        self.read_only_error: OSError | None = None
+        self._lock = threading.Lock()
+
+    def damaged(self, key: str, error: RecordDamagedError, data: bytes | None) -> Damage:
+        """Handle one damaged record found at ``key`` (``data`` is what was read).
+
+        Never raises for a move that cannot be made: a store this process cannot
+        write is read past all the same, and the damage stays where it is.
+        """
+        return self.report_damaged(key, error, data)[0]
+
+    def report_damaged(
+        self, key: str, error: RecordDamagedError, data: bytes | None
+    ) -> tuple[Damage, OSError | None]:
+        """``damaged``, and the error that kept the record from being moved, if any."""
+        identity = None
+        if data is not None:
+            try:
+                identity = self.codec.read_header(data).identity
+            except RecordDamagedError:
+                identity = None
+        damage = Damage(
+            key=key,
+            location=self.storage.location(key),
+            reason=error.reason,
+            kind=kind_name(key),
+            identity=identity,
+        )
+        with self._lock:
+            self.stats.damaged_records += 1
+        outcome, refused = "", None
+        if self.quarantine_enabled and data is not None:
+            moved_to, outcome, refused = self._try_quarantine(damage, data)
+            if moved_to is not None:
+                damage = replace(damage, quarantined_to=moved_to)
+        logger.warning(
+            "damaged %s record %s: %s%s",
+            damage.kind or "unknown",
+            damage.location,
+            damage.reason,
+            outcome,
+        )
+        self._notify(damage)
+        return damage, refused
+
+    def set_aside(self, damage: Damage, data: bytes) -> tuple[Damage, OSError | None]:
+        """Quarantine a record that verifies but that no read can use any more.
+
+        For ``verify(repair=True)`` only: pending writes whose checkpoint is gone
+        or can never load. ``damage.reason`` says why; it is not counted as damage
+        nor passed to ``on_corruption`` (nothing was found damaged on a read).
+        Returns the ``Damage`` with ``quarantined_to`` set if it was moved, and
+        the error that kept it from being moved, if any.
+        """
+        moved_to, outcome, refused = self._try_quarantine(damage, data)
+        if moved_to is not None:
+            damage = replace(damage, quarantined_to=moved_to)
+        logger.info(
+            "set aside %s record %s: %s%s", damage.kind, damage.location, damage.reason, outcome
+        )
+        return damage, refused
+
+    def keep_copy(self, damage: Damage, data: bytes) -> str:
+        """Durably copy a record into the quarantine, with its reason, and return where.
+
+        For ``verify(repair=True)``, for a checkpoint that can never load: the
+        original stays until the checkpoints that still load are rewritten not to
+        need it, then goes (``VerifiedSaver._remove_checkpoints``).
+
+        Raises:
+            StoreWriteError: The copy could not be written.
+        """
+        base = _new_quarantine_base()
+        self.storage.write(f"{base}.record", data)
+        self._write_reason(base, damage, durable=True)
+        with self._lock:
+            self.stats.quarantined_records += 1
+        where = self.storage.location(f"{base}.record")
+        logger.info(
+            "set aside %s record %s: %s (copied to %s)",
+            damage.kind,
+            damage.location,
+            damage.reason,
+            where,
+        )
+        return where
+
+    def damaged_span(
+        self, location: str, reason: str, data: bytes, claimed_key: str | None, span_id: str
+    ) -> Damage:
+        """Handle bytes between two log entries that are no entry (``storage.log``).
+
+        They name no record a read could ask for, so nothing falls back because of
+        them: they are reported, and copied byte for byte to the quarantine once
+        (the log itself is only ever rewritten by compaction, which drops them).
+        """
+        damage = Damage(
+            key=claimed_key or location,
+            location=location,
+            reason=f"damaged log entry: {reason}",
+            kind=kind_name(claimed_key or ""),
+        )
+        with self._lock:
+            self.stats.damaged_records += 1
+        outcome = ""
+        if self.quarantine_enabled:
+            base = f"{QUARANTINE_PREFIX}/span-{span_id}"
+            try:
+                if self.storage.write(f"{base}.record", data, replace=False, durable=False):
+                    self._write_reason(base, damage, durable=False)
+                    with self._lock:
+                        self.stats.quarantined_records += 1
+                damage = replace(damage, quarantined_to=self.storage.location(f"{base}.record"))
+                outcome = f" (copied to {damage.quarantined_to})"
+            except OSError as exc:
+                outcome = f" (not copied: {exc})"
+        logger.warning("damaged log entry at %s: %s%s", location, reason, outcome)
+        self._notify(damage)
+        return damage
+
+    def unreadable(self, key: str, error: OSError) -> Damage:
+        """Handle a record that could not be read at all: report it, never move it."""
+        damage = Damage(
+            key=key,
+            location=self.storage.location(key),
+            reason=f"cannot read: {error.strerror or error}",
+            kind=kind_name(key),
+        )
+        with self._lock:
+            self.stats.unreadable_records += 1
+        logger.warning("unreadable %s record %s: %s", damage.kind, damage.location, damage.reason)
+        self._notify(damage)
+        return damage
+
+    def fallback(self, description: str) -> None:
+        with self._lock:
+            self.stats.fallbacks += 1
+        logger.warning("falling back: %s", description)
+
+    def quarantined_reason(self, key: str) -> dict[str, Any] | None:
+        """The reason record of ``key`` if it was quarantined earlier, else ``None``.
+
+        Lets a later read tell a record that was moved aside (damage: fall back)
+        from one that never existed. Scans the quarantine, so it is only for
+        the rare path where a named record is absent.
+        """
+        for name in self.storage.list(QUARANTINE_PREFIX):
+            if not name.endswith(".reason"):
+                continue
+            data = self.storage.read(f"{QUARANTINE_PREFIX}/{name}")
+            if data is None:
+                continue
+            try:
+                content = self.codec.decode(
+                    data, RecordKind.QUARANTINE_REASON, {"original_key": key}
+                )
+                reason = json.loads(content)
+            except (RecordDamagedError, ValueError):
+                continue
+            if isinstance(reason, dict):
+                return reason
+        return None
+
+    def quarantined_under(self, prefix: str) -> dict[str, dict[str, Any]]:
+        """The reason records of every quarantined record whose key starts with ``prefix``.
+
+        Keyed by original key. One scan of the quarantine, for a reader that
+        must know what was moved aside from a whole subtree: a moved
+        pending-writes record leaves no trace where it was.
+        """
+        found: dict[str, dict[str, Any]] = {}
+        for name in self.storage.list(QUARANTINE_PREFIX):
+            if not name.endswith(".reason"):
+                continue
+            try:
+                data = self.storage.read(f"{QUARANTINE_PREFIX}/{name}")
+            except OSError:
+                continue
+            if data is None:
+                continue
+            try:
+                header, content = self.codec.decode_with_header(data, RecordKind.QUARANTINE_REASON)
+                reason = json.loads(content)
+            except (RecordDamagedError, ValueError):
+                continue
+            original_key = header.identity.get("original_key", "")
+            if original_key.startswith(prefix) and isinstance(reason, dict):
+                found[original_key] = reason
+        return found
+
+    def restart_from_scratch(self, thread_id: str, checkpoint_ns: str) -> None:
+        with self._lock:
+            self.stats.restarts_from_scratch += 1
+        logger.warning(
+            "no checkpoint of thread %r (namespace %r) verifies; it starts again from step 0",
+            thread_id,
+            checkpoint_ns,
+        )
+
+    def _try_quarantine(
+        self, damage: Damage, data: bytes
+    ) -> tuple[str | None, str, OSError | None]:
+        """Move a record aside: (where to, what to add to the log line, the refusal)."""
+        try:
+            moved_to = self._quarantine(damage, data)
+        except OSError as exc:
+            if exc.errno in CANNOT_WRITE_ERRNOS:
+                self.read_only_error = exc
+                return (
+                    None,
+                    f" (the store is read-only for this process ({exc.strerror}), "
+                    f"so nothing was moved)",
+                    exc,
+                )
+            return None, f" (could not move it aside: {exc.strerror or exc}; left in place)", None
+        return moved_to, f" (quarantined to {moved_to})" if moved_to else "", None
+
+    def _quarantine(self, damage: Damage, data: bytes) -> str | None:
+        base = _new_quarantine_base()
+        if not self.storage.move_aside(damage.key, f"{base}.record"):
+            return None  # someone else moved it first
+        moved = self.storage.read(f"{base}.record")
+        if moved is not None and moved != data:
+            # The file was replaced between our read and the move (a concurrent
+            # writer): what we moved is not what we judged. Put it back, unless a
+            # still newer record is there by now: that one must not be overwritten,
+            # and the one we moved is older than it anyway.
+            if not self.storage.move_aside(f"{base}.record", damage.key, replace=False):
+                logger.info("left superseded record %s in quarantine", damage.key)
+            return None
+        try:
+            # Not durable (no fsync), like the move: a machine crash that undoes
+            # the move leaves the damage where the next read finds it again; one
+            # that loses only this note leaves the record aside but unexplained,
+            # so a read naming that checkpoint treats it as absent, not damaged.
+            self._write_reason(base, damage, durable=False)
+        except Exception:  # the damaged bytes are already safe aside; the note is a bonus
+            logger.exception("could not write the quarantine reason for %s", damage.key)
+        with self._lock:
+            self.stats.quarantined_records += 1
+        return self.storage.location(f"{base}.record")
+
+    def _write_reason(self, base: str, damage: Damage, *, durable: bool) -> None:
+        reason = {
+            "original_key": damage.key,
+            "original_location": damage.location,
+            "reason": damage.reason,
+            "kind": damage.kind,
+            "identity": damage.identity,
+            "quarantined_at": time.time(),
+        }
+        self.storage.write(
+            f"{base}.reason",
+            self.codec.encode(
+                RecordKind.QUARANTINE_REASON,
+                {"original_key": damage.key},
+                json.dumps(reason, sort_keys=True).encode(),
+            ),
+            durable=durable,
+        )
+
+    def _notify(self, damage: Damage) -> None:
+        if self.on_corruption is None:
+            return
+        try:
+            self.on_corruption(damage)
+        except Exception:
+            logger.exception("on_corruption callback raised; ignored")
+
+
+def _new_quarantine_base() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{QUARANTINE_PREFIX}/{stamp}-{secrets.token_hex(6)}"

@@ -1,0 +1,240 @@
+"""Values deserialized before, handed out again as copies of their own.
+
+Deserializing a chat's messages is most of what reading a checkpoint costs:
+every message goes through msgpack and a pydantic constructor that validates
+every field. The same values are read again and again (every ``invoke``
+starts with ``get_tuple`` of the checkpoint the last one wrote, a server
+polls ``get_state``), from the very same serialized bytes: the record cache
+hands out the same decoded record while a record's bytes are unchanged.
+
+A value whose serialized part is read a second time is kept, privately, and
+from then on each read gets a deep copy of it instead of a new
+deserialization. A copy is exactly what a new deserialization would return
+(msgpack holds no shared references, so neither does the copy) and shares
+nothing with the kept value or with another reader's copy. Only plain data is
+copied: immutable scalars, lists, dicts, tuples and pydantic models with
+pydantic's own deep copy (LangChain's messages). A value holding anything else
+is deserialized at every read, as before.
+
+Parts are kept by identity (the serialized part object itself, which the
+record cache keeps while its bytes verify) and by serializer: a saver cloned
+by ``with_allowlist`` deserializes with its own allowlist.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import enum
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from pydantic import BaseModel
+
+from langgraph_checkpoint_verified.records.kinds import Typed
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+"""Serialized bytes of the parts whose values are kept (or noted as read once).
+
+Deserialized objects take a few times their serialized size (a message of 500
+characters: 0.7 KB serialized, 1.9 KB of Python objects), so this is some 20 to
+40 MB of memory at most, and keeps the newest checkpoints of many long chats."""
+
+
+class Uncopyable(Exception):
+    """A value holds something ``plain_copy`` cannot copy for certain."""
+
+
+_IMMUTABLE: frozenset[type] = frozenset(
+    {
+        str,
+        int,
+        float,
+        complex,
+        bool,
+        type(None),
+        bytes,
+        datetime.datetime,
+        datetime.date,
+        datetime.time,
+        datetime.timedelta,
+        datetime.timezone,
+        uuid.UUID,
+        decimal.Decimal,
+    }
+)
+
+_set_attribute = object.__setattr__
+_copiers: dict[type, Callable[[Any], Any]] = {}
+
+
+def plain_copy(value: Any) -> Any:
+    """A deep copy of plain data, sharing nothing mutable with ``value``.
+
+    Raises:
+        Uncopyable: ``value`` holds an object of another kind.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage
+        >>> message = AIMessage("hi", tool_calls=[{"name": "f", "args": {"x": 1}, "id": "1"}])
+        >>> copied = plain_copy([message])
+        >>> copied == [message], copied[0] is message
+        (True, False)
+        >>> copied[0].tool_calls[0]["args"] is message.tool_calls[0]["args"]
+        False
+    """
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    copier = _copiers.get(kind)
+    if copier is None:
+        copier = _copiers[kind] = _copier_for(kind)
+    return copier(value)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# Immutable items are tested inline: most of a message's fields are strings or None.
+
+
+def _copy_list(value: list[Any]) -> list[Any]:
+    return [item if type(item) in _IMMUTABLE else plain_copy(item) for item in value]
+
+
+def _copy_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple([item if type(item) in _IMMUTABLE else plain_copy(item) for item in value])
+
+
+def _copy_dict(value: dict[Any, Any]) -> dict[Any, Any]:
+    return {
+        key if type(key) in _IMMUTABLE else plain_copy(key): (
+            item if type(item) in _IMMUTABLE else plain_copy(item)
+        )
+        for key, item in value.items()
+    }
+
+
+def _copy_model(value: BaseModel) -> BaseModel:
+    # what pydantic's own BaseModel.__deepcopy__ does, with plain_copy for deepcopy
+    kind = type(value)
+    copied = kind.__new__(kind)
+    _set_attribute(copied, "__dict__", _copy_dict(value.__dict__))
+    extra = value.__pydantic_extra__
+    _set_attribute(copied, "__pydantic_extra__", None if extra is None else _copy_dict(extra))
+    _set_attribute(copied, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+    private = getattr(value, "__pydantic_private__", None)
+    _set_attribute(copied, "__pydantic_private__", None if private is None else _copy_dict(private))
+    return copied
+
+
+def _below(kind: type, ancestor: type) -> tuple[type, ...]:
+    return kind.__mro__[: kind.__mro__.index(ancestor)]
+
+
+def _uncopyable(value: Any) -> Any:
+    raise Uncopyable(type(value).__qualname__)
+
+
+def _copier_for(kind: type) -> Callable[[Any], Any]:
+    if kind in _IMMUTABLE or issubclass(kind, enum.Enum):
+        return _same
+    if kind is list:
+        return _copy_list
+    if kind is dict:
+        return _copy_dict
+    if kind is tuple:
+        return _copy_tuple
+    if (
+        issubclass(kind, BaseModel)
+        and kind.__deepcopy__ is BaseModel.__deepcopy__
+        # a model with slots of its own would keep state plain_copy does not see
+        and all("__slots__" not in vars(base) for base in _below(kind, BaseModel))
+    ):
+        return _copy_model
+    return _uncopyable
+
+
+class _Kept:
+    """A value deserialized from a part read before, never handed out itself."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+_READ_ONCE = object()
+_NOT_COPYABLE = object()
+
+
+class DecodedValues:
+    """Deserializes serialized parts, keeping the values of the ones read more than once.
+
+    Example:
+        >>> from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+        >>> serde = JsonPlusSerializer()
+        >>> part = serde.dumps_typed([{"role": "user"}])
+        >>> values = DecodedValues()
+        >>> first, second, third = (values.loads(serde, part) for _ in range(3))
+        >>> first == second == third, third is second, third[0] is second[0]
+        (True, False, False)
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        # (id(part), id(serde)) -> (part, serde, state): holding both keeps the ids unique
+        self._entries: OrderedDict[tuple[int, int], tuple[Typed, SerializerProtocol, Any]] = (
+            OrderedDict()
+        )
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def loads(self, serde: SerializerProtocol, part: Typed) -> Any:
+        """``serde.loads_typed(part)``, or a copy of the value it gave before."""
+        key = (id(part), id(serde))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is part and entry[1] is serde:
+                self._entries.move_to_end(key)
+                state = entry[2]
+            else:
+                state = None
+        if type(state) is _Kept:
+            return plain_copy(state.value)
+        value = serde.loads_typed(part)
+        if state is None:
+            self._keep(key, part, serde, _READ_ONCE)
+        elif state is _READ_ONCE:
+            try:
+                kept: Any = _Kept(plain_copy(value))
+            except Uncopyable:
+                kept = _NOT_COPYABLE
+            self._keep(key, part, serde, kept)
+        return value
+
+    def _keep(
+        self, key: tuple[int, int], part: Typed, serde: SerializerProtocol, state: Any
+    ) -> None:
+        size = len(part[1])
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            previous = self._entries.pop(key, None)
+            if previous is not None:
+                self._bytes -= len(previous[0][1])
+            self._entries[key] = (part, serde, state)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, (dropped, _, _) = self._entries.popitem(last=False)
+                self._bytes -= len(dropped[1])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0

@@ -1,0 +1,356 @@
+"""The record frame: bytes in, bytes out. No files, no savers.
+
+Every stored thing is one self-describing, self-checking record::
+
+    offset  size  field
+    0       4     magic            b"LGCV"
+    4       1     format version   1
+    5       1     record kind      see ``RecordKind``
+    6       1     flags            bit 0: digests are keyed (BLAKE2b MAC)
+    7       1     reserved         0
+    8       4     identity length  u32 little-endian
+    12      8     payload length   u64 little-endian (compressed bytes)
+    20      8     content length   u64 little-endian (bytes after decompression)
+    28      I     identity         msgpack map of strings (what and whose)
+    28+I    16    header digest    BLAKE2b-128 over bytes [0, 28+I)
+    44+I    P     payload          one zstd frame with its content checksum on
+    44+I+P  32    record digest    BLAKE2b-256 over bytes [0, 44+I+P)
+
+The header digest lets a reader trust the identity (and so say what a damaged
+record was) even when its payload is damaged. The record digest covers
+everything. Both are checked, and the identity compared with what the caller
+expected, before a single byte is decompressed or deserialized. With a key
+both digests are keyed BLAKE2b, i.e. MACs: records not written with the key
+are rejected.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import struct
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import ormsgpack
+import zstandard
+
+from langgraph_checkpoint_verified.errors import RecordDamagedError
+
+MAGIC = b"LGCV"
+ENTRY_MAGIC = b"LGCE"
+"""The magic of a log entry (``storage.log.entries``), which frames a record in a thread's log."""
+FORMAT_VERSION = 1
+FLAG_KEYED = 0x01
+
+_FIXED = struct.Struct("<4sBBBBIQQ")
+HEADER_SIZE = _FIXED.size  # 28
+HEADER_DIGEST_SIZE = 16
+RECORD_DIGEST_SIZE = 32
+MIN_RECORD_SIZE = HEADER_SIZE + HEADER_DIGEST_SIZE + RECORD_DIGEST_SIZE
+
+MAX_IDENTITY_SIZE = 1 << 20
+# A declared size above this is damage, not data: it is refused before any
+# buffer of that size is allocated.
+DEFAULT_MAX_CONTENT_SIZE = 1 << 31
+
+DEFAULT_COMPRESSION_LEVEL = 3
+
+
+class RecordKind(enum.IntEnum):
+    """What a record holds. The value is the byte stored at offset 5."""
+
+    CHECKPOINT = 1
+    WRITES = 2
+    TOOL_RESULT = 3
+    TOOL_INTENT = 4
+    QUARANTINE_REASON = 5
+    STORE_MARKER = 6
+
+
+@dataclass(frozen=True)
+class Header:
+    """The verified head of a record: its kind and identity."""
+
+    kind: RecordKind
+    identity: dict[str, str]
+    keyed: bool
+
+
+class Codec:
+    """Encodes and decodes records; holds the optional key and zstd settings.
+
+    Args:
+        key: Secret bytes. When given, both digests are keyed BLAKE2b MACs and
+            records written without this key fail verification.
+        compression_level: zstd level for new records.
+        max_content_size: Largest decompressed payload accepted, in bytes.
+
+    Example:
+        >>> codec = Codec()
+        >>> frame = codec.encode(RecordKind.WRITES, {"thread_id": "t"}, b"hello")
+        >>> codec.decode(frame, RecordKind.WRITES, {"thread_id": "t"})
+        b'hello'
+    """
+
+    def __init__(
+        self,
+        key: bytes | None = None,
+        *,
+        compression_level: int = DEFAULT_COMPRESSION_LEVEL,
+        max_content_size: int = DEFAULT_MAX_CONTENT_SIZE,
+    ) -> None:
+        if key is not None and not isinstance(key, (bytes, bytearray)):
+            raise TypeError(f"key must be bytes, got {type(key).__name__}")
+        if key is not None and not 16 <= len(key) <= 64:
+            raise ValueError(f"key must be 16 to 64 bytes long, got {len(key)}")
+        self.key = bytes(key) if key is not None else None
+        self.compression_level = compression_level
+        self.max_content_size = max_content_size
+        self._local = threading.local()
+        self._compressor_params = zstandard.ZstdCompressionParameters.from_level(
+            compression_level, write_checksum=True, write_content_size=True
+        )
+
+    def _compressor(self) -> zstandard.ZstdCompressor:
+        # a compressor is not thread-safe, and making one per record costs ~20 µs
+        compressor = getattr(self._local, "compressor", None)
+        if compressor is None:
+            compressor = zstandard.ZstdCompressor(compression_params=self._compressor_params)
+            self._local.compressor = compressor
+        return compressor
+
+    def _decompressor(self) -> zstandard.ZstdDecompressor:
+        # like the compressor: one per thread, as making one costs more than a small record
+        decompressor = getattr(self._local, "decompressor", None)
+        if decompressor is None:
+            decompressor = zstandard.ZstdDecompressor()
+            self._local.decompressor = decompressor
+        return decompressor
+
+    # -- digests ---------------------------------------------------------
+
+    def _digest(self, data: bytes | memoryview, size: int, person: bytes) -> bytes:
+        return hashlib.blake2b(data, digest_size=size, key=self.key or b"", person=person).digest()
+
+    # -- encode ----------------------------------------------------------
+
+    def encode(self, kind: RecordKind, identity: Mapping[str, str], content: bytes) -> bytes:
+        """Frame ``content`` as a record of ``kind`` belonging to ``identity``."""
+        identity_bytes = encode_identity(identity)
+        payload = self._compressor().compress(content)
+        return self._frame(kind, identity_bytes, payload, len(content))
+
+    def reframe(self, data: bytes, kind: RecordKind, identity: Mapping[str, str]) -> bytes:
+        """Give an already verified record a new identity without recompressing.
+
+        Used to copy a record to another thread: the compressed payload is kept,
+        the identity and both digests are new.
+        """
+        _, payload, content_size = self._verified_payload(data, kind, None)
+        return self._frame(kind, encode_identity(identity), bytes(payload), content_size)
+
+    def _frame(
+        self, kind: RecordKind, identity_bytes: bytes, payload: bytes, content_size: int
+    ) -> bytes:
+        flags = FLAG_KEYED if self.key else 0
+        head = _FIXED.pack(
+            MAGIC,
+            FORMAT_VERSION,
+            int(kind),
+            flags,
+            0,
+            len(identity_bytes),
+            len(payload),
+            content_size,
+        )
+        head += identity_bytes
+        head += self._digest(head, HEADER_DIGEST_SIZE, b"lgcv-header")
+        body = head + payload
+        return body + self._digest(body, RECORD_DIGEST_SIZE, b"lgcv-record")
+
+    # -- decode ----------------------------------------------------------
+
+    @staticmethod
+    def keyed_flag(data: bytes) -> bool | None:
+        """Whether a record claims to be keyed (flag byte), without verifying anything."""
+        if len(data) < HEADER_SIZE or data[:4] != MAGIC:
+            return None
+        return bool(data[6] & FLAG_KEYED)
+
+    def read_header(self, data: bytes) -> Header:
+        """Verify and return the header alone (magic, kind, identity).
+
+        Succeeds even when the payload is damaged, so a reader can say what a
+        damaged record was. Raises ``RecordDamagedError`` otherwise.
+        """
+        header, _ = self._parse(data, check_record_digest=False)
+        return header
+
+    def decode(
+        self,
+        data: bytes,
+        kind: RecordKind,
+        expected_identity: Mapping[str, str] | None,
+    ) -> bytes:
+        """Verify ``data`` completely and return the decompressed content.
+
+        Args:
+            data: The record's bytes, exactly as stored.
+            kind: The kind the caller expects.
+            expected_identity: Fields the record's identity must carry with
+                exactly these values; ``None`` skips the identity comparison.
+
+        Raises:
+            RecordDamagedError: On any mismatch; the reason says which check failed.
+        """
+        return self.decode_with_header(data, kind, expected_identity)[1]
+
+    def decode_with_header(
+        self,
+        data: bytes,
+        kind: RecordKind,
+        expected_identity: Mapping[str, str] | None = None,
+    ) -> tuple[Header, bytes]:
+        """Verify ``data`` completely; return its header and decompressed content."""
+        header, payload, content_size = self._verified_payload(data, kind, expected_identity)
+        # zstd allocates the size its own frame header declares, whatever
+        # max_output_size says: that size must be the one we already bounded.
+        try:
+            frame_size = zstandard.frame_content_size(payload)
+        except zstandard.ZstdError as exc:
+            raise RecordDamagedError(f"payload is not a zstd frame: {exc}") from None
+        if frame_size != content_size:
+            raise RecordDamagedError(
+                f"zstd frame declares {frame_size} bytes, header says {content_size}"
+            )
+        try:
+            content = self._decompressor().decompress(payload, max_output_size=content_size)
+        except zstandard.ZstdError as exc:
+            raise RecordDamagedError(f"payload does not decompress: {exc}") from None
+        if len(content) != content_size:
+            raise RecordDamagedError(
+                f"payload decompressed to {len(content)} bytes, header says {content_size}"
+            )
+        return header, content
+
+    def _verified_payload(
+        self,
+        data: bytes,
+        kind: RecordKind,
+        expected_identity: Mapping[str, str] | None,
+    ) -> tuple[Header, memoryview, int]:
+        header, (payload, content_size) = self._parse(data, check_record_digest=True)
+        if header.kind is not kind:
+            raise RecordDamagedError(f"record kind is {header.kind.name}, expected {kind.name}")
+        if expected_identity is not None:
+            for field, expected in expected_identity.items():
+                found = header.identity.get(field)
+                if found != expected:
+                    raise RecordDamagedError(
+                        f"identity mismatch on {field}: expected {expected!r}, found {found!r}"
+                    )
+        return header, payload, content_size
+
+    def _parse(
+        self, data: bytes, *, check_record_digest: bool
+    ) -> tuple[Header, tuple[memoryview, int]]:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"record must be bytes, got {type(data).__name__}")
+        view = memoryview(data)
+        if len(view) < MIN_RECORD_SIZE:
+            raise RecordDamagedError(
+                f"record is {len(view)} bytes, shorter than the smallest record ({MIN_RECORD_SIZE})"
+            )
+        magic, version, kind_byte, flags, reserved, identity_size, payload_size, content_size = (
+            _FIXED.unpack_from(view, 0)
+        )
+        if magic == ENTRY_MAGIC:
+            # what a key reads back as when its log entry fails its own checksum
+            raise RecordDamagedError(
+                "its log entry is damaged (entry checksum mismatch): the record in it is not read"
+            )
+        if magic != MAGIC:
+            raise RecordDamagedError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
+        if version != FORMAT_VERSION:
+            raise RecordDamagedError(
+                f"format version {version} is not supported (this reader knows {FORMAT_VERSION})"
+            )
+        if reserved != 0 or flags & ~FLAG_KEYED:
+            raise RecordDamagedError(f"unknown flags {flags:#x}/{reserved:#x}")
+        keyed = bool(flags & FLAG_KEYED)
+        if keyed != bool(self.key):
+            raise RecordDamagedError(
+                "record was written with a key and no key was given"
+                if keyed
+                else "record was written without a key but a key is required"
+            )
+        if identity_size > MAX_IDENTITY_SIZE:
+            raise RecordDamagedError(f"identity size {identity_size} exceeds {MAX_IDENTITY_SIZE}")
+        if content_size > self.max_content_size:
+            raise RecordDamagedError(
+                f"declared content size {content_size} exceeds the limit {self.max_content_size}"
+            )
+        expected_total = MIN_RECORD_SIZE + identity_size + payload_size
+        if len(view) != expected_total:
+            raise RecordDamagedError(
+                f"record is {len(view)} bytes, header declares {expected_total}"
+            )
+        header_end = HEADER_SIZE + identity_size
+        stored_header_digest = view[header_end : header_end + HEADER_DIGEST_SIZE]
+        if not hmac.compare_digest(
+            self._digest(view[:header_end], HEADER_DIGEST_SIZE, b"lgcv-header"),
+            stored_header_digest,
+        ):
+            raise RecordDamagedError("header checksum mismatch")
+        try:
+            kind = RecordKind(kind_byte)
+        except ValueError:
+            raise RecordDamagedError(f"unknown record kind {kind_byte}") from None
+        identity = decode_identity(bytes(view[HEADER_SIZE:header_end]))
+        header = Header(kind=kind, identity=identity, keyed=keyed)
+        payload_start = header_end + HEADER_DIGEST_SIZE
+        body_end = payload_start + payload_size
+        if check_record_digest and not hmac.compare_digest(
+            self._digest(view[:body_end], RECORD_DIGEST_SIZE, b"lgcv-record"),
+            view[body_end:],
+        ):
+            raise RecordDamagedError("record checksum mismatch")
+        return header, (view[payload_start:body_end], content_size)
+
+
+def encode_identity(identity: Mapping[str, str]) -> bytes:
+    """Identity as msgpack: a map of string to string, keys sorted."""
+    for field, value in identity.items():
+        if not isinstance(field, str) or not isinstance(value, str):
+            raise TypeError(f"identity fields must be strings, got {field!r}: {value!r}")
+    return ormsgpack.packb(dict(sorted(identity.items())))
+
+
+def decode_identity(data: bytes) -> dict[str, str]:
+    """Inverse of ``encode_identity``; anything else is a ``RecordDamagedError``."""
+    try:
+        identity = ormsgpack.unpackb(data)
+    except Exception as exc:  # ormsgpack raises several types for bad input
+        raise RecordDamagedError(f"identity is not valid msgpack: {exc}") from None
+    if not isinstance(identity, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in identity.items()
+    ):
+        raise RecordDamagedError("identity is not a map of strings")
+    return identity
+
+
+def pack(value: Any) -> bytes:
+    """Encode a record's content structure (msgpack)."""
+    return ormsgpack.packb(value)
+
+
+def unpack(content: bytes) -> Any:
+    """Decode verified content; a structural surprise is still a typed error."""
+    try:
+        return ormsgpack.unpackb(content)
+    except Exception as exc:
+        raise RecordDamagedError(f"content is not valid msgpack: {exc}") from None

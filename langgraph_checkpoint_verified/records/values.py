@@ -1,0 +1,294 @@
+"""The value chain: how a channel value is stored once, and read back.
+
+A channel value is stored in a checkpoint record in one of two encodings:
+
+* ``VALUE_FULL``: the serialized value itself.
+* ``VALUE_EXTEND``: a list that extends the value an earlier record holds. The
+  record stores only the items appended, plus a base: the id of the checkpoint
+  whose record holds the earlier value, that value's version and its length.
+
+A chat's message list (``add_messages``) grows by a message or two per step:
+stored whole, it is serialized, compressed and written again at every step,
+and the store grows with the square of the chat's length. Stored as
+``VALUE_EXTEND``, each message is serialized and compressed once.
+
+A chain of extensions is bounded: after ``max_chain`` extensions the whole
+value is stored again. That bounds what a read decodes (one full value and at
+most ``max_chain`` extensions) and what one damaged record can make unusable
+(the versions until the next full value).
+
+The writer knows a new value extends the previous one without serializing the
+old items: it keeps, per thread, namespace and channel, the list it stored
+last (the item objects themselves, not copies) and compares item identity.
+LangGraph's reducers build a new list at each step but keep the item objects
+of the old one, so identity is exact and cheap; anything else (another
+process's records, a list rebuilt from a checkpoint, an item replaced) is
+stored whole. An item changed in place after it was stored is not stored
+again, as a new object would be.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_checkpoint_verified.errors import RecordDamagedError
+from langgraph_checkpoint_verified.records.kinds import (
+    EMPTY_TYPE,
+    VALUE_EXTEND,
+    VALUE_FULL,
+    CheckpointRecord,
+    StoredValue,
+    Typed,
+)
+
+DEFAULT_MAX_CHAIN = 200
+"""Extensions in a row before a value is stored whole again.
+
+Whole copies every N versions cost the square of a chat's length divided by N
+on disk; 200 keeps a 600-step chat's store within 2.5 times a 300-step one's
+(``make bench``), and a read decodes at most one whole value and 200 small
+extensions, most of them from a cache when the process wrote them."""
+
+_REMEMBERED_LISTS = 1024
+
+ValueParts = list[tuple[Typed, "int | None"]]
+"""A value's serialized parts, oldest first, each with the item count of its base."""
+
+
+class ValueUnavailable(Exception):
+    """A value's chain runs through a record that is missing or does not hold it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class _Stored:
+    version: Any
+    checkpoint_id: str
+    items: list[Any]
+    chain: int
+
+
+class ListMemory:
+    """Remembers the last list stored per (thread, namespace, channel), to store only what it gains.
+
+    Args:
+        max_chain: Extensions in a row before the value is stored whole again.
+
+    Example:
+        >>> from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+        >>> memory = ListMemory()
+        >>> serde = JsonPlusSerializer()
+        >>> first = ["a"]
+        >>> memory.encode(("t", "", "messages"), "1", "c1", first, None, serde).encoding
+        0
+        >>> second = first + ["b"]
+        >>> stored = memory.encode(("t", "", "messages"), "2", "c2", second, ("1", "c1"), serde)
+        >>> stored.encoding, stored.base, serde.loads_typed(stored.typed)
+        (1, ('c1', '1', 1), ['b'])
+    """
+
+    def __init__(self, max_chain: int = DEFAULT_MAX_CHAIN) -> None:
+        self.max_chain = max_chain
+        self._lists: OrderedDict[tuple[str, str, str], _Stored] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def encode(
+        self,
+        where: tuple[str, str, str],
+        version: Any,
+        checkpoint_id: str,
+        value: Any,
+        parent_ref: tuple[Any, str] | None,
+        serde: SerializerProtocol,
+    ) -> StoredValue:
+        """How to store ``value`` at ``version`` in checkpoint ``checkpoint_id``.
+
+        ``parent_ref`` is ``(version, holder checkpoint id)`` of the value the
+        parent checkpoint has for this channel: an extension is only ever based
+        on exactly that value.
+        """
+        if type(value) is not list:
+            self.forget(where)
+            return StoredValue(version, VALUE_FULL, serde.dumps_typed(value))
+        with self._lock:
+            last = self._lists.get(where)
+        stored: StoredValue | None = None
+        chain = 0
+        if (
+            last is not None
+            and parent_ref is not None
+            # the parent's value is the one remembered: the same version in the same
+            # record (two forks, or two machines, may each make a version number)
+            and parent_ref == (last.version, last.checkpoint_id)
+            and last.chain < self.max_chain
+            and len(value) >= len(last.items)
+            and all(map(operator.is_, value, last.items))
+        ):
+            count = len(last.items)
+            chain = last.chain + 1
+            stored = StoredValue(
+                version,
+                VALUE_EXTEND,
+                serde.dumps_typed(value[count:]),
+                base=(parent_ref[1], last.version, count),
+            )
+        if stored is None:
+            stored = StoredValue(version, VALUE_FULL, serde.dumps_typed(value))
+        with self._lock:
+            # a shallow copy: the caller's list may be appended to in place later
+            self._lists[where] = _Stored(version, checkpoint_id, list(value), chain)
+            self._lists.move_to_end(where)
+            while len(self._lists) > _REMEMBERED_LISTS:
+                self._lists.popitem(last=False)
+        return stored
+
+    def remember(
+        self, where: tuple[str, str, str], version: Any, holder_id: str, value: Any, depth: int
+    ) -> None:
+        """Note a list just read back at ``version`` from ``holder_id``'s record: a put
+        based on it extends it.
+
+        LangGraph starts every run from the checkpoint it reads, so the lists a
+        run appends to are the ones ``get_tuple`` returned. ``depth`` is how many
+        extensions the value read back already is, so chains stay bounded.
+        """
+        if type(value) is not list:
+            return
+        with self._lock:
+            # even after our own put of this version: the run goes on with these objects
+            self._lists[where] = _Stored(version, holder_id, list(value), depth)
+            self._lists.move_to_end(where)
+            while len(self._lists) > _REMEMBERED_LISTS:
+                self._lists.popitem(last=False)
+
+    def forget(self, where: tuple[str, str, str]) -> None:
+        with self._lock:
+            self._lists.pop(where, None)
+
+    def forget_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for where in [w for w in self._lists if w[0] == thread_id]:
+                del self._lists[where]
+
+
+class PartsCache:
+    """The verified parts of recently stored or read list values, by channel, the
+    checkpoint whose record holds the value, and its version.
+
+    Reading a thread's newest checkpoint would otherwise read every record of
+    its value's chain again at each step of a run. A version number alone does
+    not name a value: two forks of a thread (on two machines, say) may each
+    make the same one; the record holding it does.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._parts: OrderedDict[tuple[str, str, str, str, Any], ValueParts] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, where: tuple[str, str, str], holder_id: str, version: Any) -> ValueParts | None:
+        with self._lock:
+            return self._parts.get((*where, holder_id, version))
+
+    def put(
+        self, where: tuple[str, str, str], holder_id: str, version: Any, parts: ValueParts
+    ) -> None:
+        key = (*where, holder_id, version)
+        with self._lock:
+            self._parts[key] = parts
+            self._parts.move_to_end(key)
+            while len(self._parts) > self._size:
+                self._parts.popitem(last=False)
+
+    def forget_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._parts if k[0] == thread_id]:
+                del self._parts[key]
+
+
+def value_parts(
+    record: CheckpointRecord,
+    channel: str,
+    stored: StoredValue,
+    holder_values: Callable[[str], dict[str, StoredValue]],
+    cached: Callable[[str, Any], ValueParts | None] = lambda holder_id, version: None,
+) -> ValueParts:
+    """The serialized parts whose concatenation is a stored value, oldest first.
+
+    Each part comes with the item count its base must have had (``None`` for
+    the full value at the start of the chain), so a reader can check that the
+    chain fits together. ``holder_values(checkpoint_id)`` returns the values a
+    record holds, or raises.
+
+    Raises:
+        ValueUnavailable: A base is missing or holds another version.
+    """
+    parts: ValueParts = []
+    current = stored
+    seen: set[str] = set()
+    while True:
+        if current.encoding == VALUE_FULL:
+            parts.append((current.typed, None))
+            break
+        assert current.base is not None  # decode_checkpoint guarantees it
+        base_id, base_version, base_count = current.base
+        parts.append((current.typed, base_count))
+        known = cached(base_id, base_version)
+        if known is not None:
+            parts.reverse()
+            return [*known, *parts]
+        if base_id in seen:
+            raise ValueUnavailable(f"value of channel {channel!r} refers to itself in a loop")
+        seen.add(base_id)
+        base = holder_values(base_id).get(channel)
+        if base is None or base.version != base_version:
+            raise ValueUnavailable(
+                f"value of channel {channel!r} extends version {base_version!r} in "
+                f"checkpoint {base_id}, which does not hold it"
+            )
+        current = base
+    parts.reverse()
+    return parts
+
+
+def load_value(loads: Callable[[Typed], Any], parts: ValueParts) -> Any:
+    """Deserialize a value from its parts (see ``value_parts``) with ``loads``
+    (a serializer's ``loads_typed``, or ``DecodedValues.loads`` bound to one)."""
+    (first, _), rest = parts[0], parts[1:]
+    value = loads(first)
+    if not rest:
+        return value
+    if type(value) is not list:
+        raise RecordDamagedError(f"an extended value's base is a {type(value).__name__}")
+    for typed, base_count in rest:
+        if len(value) != base_count:
+            raise RecordDamagedError(
+                f"an extension expects {base_count} items before it, found {len(value)}"
+            )
+        items = loads(typed)
+        if type(items) is not list:
+            raise RecordDamagedError(f"an extension holds a {type(items).__name__}")
+        value.extend(items)
+    return value
+
+
+def is_empty(parts: ValueParts) -> bool:
+    """Whether the value is a channel with a version but no value."""
+    return len(parts) == 1 and parts[0][0][0] == EMPTY_TYPE
+
+
+def materialize(serde: SerializerProtocol, parts: ValueParts, version: Any) -> StoredValue:
+    """The same value stored whole: for a record whose chain's older records go away."""
+    if len(parts) == 1:
+        return StoredValue(version, VALUE_FULL, parts[0][0])
+    return StoredValue(version, VALUE_FULL, serde.dumps_typed(load_value(serde.loads_typed, parts)))

@@ -1,0 +1,124 @@
+"""The ``Storage`` interface: where record bytes live, whatever the backend.
+
+The engine only ever talks to ``Storage``: immutable named records that are
+written whole, read whole, listed by prefix and deleted, with locks per thread.
+Keys are ``/``-joined segments that ``records.keys`` has already made safe.
+Backends: ``MemoryStorage`` (``memory``), ``FileStorage`` (``log``: one
+append-only log per thread), ``RecordFileStorage`` (``files``: one file per
+record) and ``ObjectStorage`` (``objects``: S3).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol, runtime_checkable
+
+QUARANTINE_PREFIX = "quarantine"
+LOCK_NAME = ".lock"
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """What a record store offers: whole records, written, read, listed and removed by key.
+
+    ``MemoryStorage``, ``FileStorage`` and ``ObjectStorage`` implement it.
+    """
+
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
+        """Store ``data`` under ``key`` atomically and durably.
+
+        Returns ``False`` (and changes nothing) when ``replace`` is false and
+        the key already exists. Raises ``StoreWriteError`` when the write
+        cannot be made durable; the previous content of ``key`` is then intact.
+        ``durable=False`` keeps the write atomic but lets a machine crash lose
+        it: only for records that are made again if lost (quarantine notes).
+        """
+        ...
+
+    def read(self, key: str) -> bytes | None:
+        """The bytes stored under ``key``, or ``None`` if there are none."""
+        ...
+
+    def list(self, prefix: str) -> list[str]:
+        """Names directly under ``prefix`` (records and sub-prefixes), unsorted."""
+        ...
+
+    def walk(self, prefix: str) -> Iterator[str]:
+        """Every record key under ``prefix``, at any depth."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove one record; a missing key is not an error."""
+        ...
+
+    def delete_tree(self, prefix: str) -> None:
+        """Remove every record under ``prefix``."""
+        ...
+
+    def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
+        """Rename ``key`` to ``new_key`` (used for quarantine); ``False`` if ``key`` is gone.
+
+        With ``replace=False`` nothing already at ``new_key`` is overwritten
+        (``False`` is returned and ``key`` stays where it is).
+
+        Atomic, not durable: after a machine crash the record may be back at
+        ``key``, where the next read finds it damaged and moves it again.
+        """
+        ...
+
+    def location(self, key: str) -> str:
+        """Where ``key`` lives, for messages (a file path, or ``memory:key``)."""
+        ...
+
+    def stamp(self, key: str) -> Hashable | None:
+        """A cheap token that changes whenever ``key`` is written, moved or deleted."""
+        ...
+
+    def written_stamp(self, key: str) -> Hashable | None:
+        """The stamp of what this process just wrote under ``key`` (right after ``write``),
+        where the store can tell it without asking anyone; ``stamp(key)`` otherwise."""
+        ...
+
+    def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
+        """Hold a lock on ``prefix``, shared or exclusive, across processes using the store."""
+        ...
+
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        """``write`` for several records at once (one durable step where the store can)."""
+        ...
+
+    def greatest_name(self, prefix: str) -> str | None:
+        """``max(self.list(prefix))``, or ``None``: the newest checkpoint without listing all."""
+        ...
+
+    def compact(self, prefix: str) -> None:
+        """Reclaim the space of records deleted or replaced under a thread ``prefix``."""
+        ...
+
+
+class OneRecordPerWrite:
+    """For stores where every record is written on its own: a batch is its writes in
+    turn, and a deleted record leaves no space to reclaim."""
+
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
+        raise NotImplementedError
+
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        return [self.write(k, d, replace=replace, durable=durable) for k, d in items]
+
+    def compact(self, prefix: str) -> None:
+        """Nothing to reclaim."""
+
+    def stamp(self, key: str) -> Hashable | None:
+        raise NotImplementedError
+
+    def written_stamp(self, key: str) -> Hashable | None:
+        return self.stamp(key)

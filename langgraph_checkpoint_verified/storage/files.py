@@ -1,0 +1,408 @@
+"""Records as files, one file each, written atomically and durably; the thread locks.
+
+What ``FileStorage`` keeps outside thread logs (the store marker, the
+quarantine), and how stores were laid out before logs (still read). The
+helpers for temporary files (named by their writer, removed once it is gone)
+are shared with the log.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from langgraph_checkpoint_verified.errors import StoreWriteError
+from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
+
+if sys.platform != "win32":
+    import fcntl
+
+from langgraph_checkpoint_verified.storage.base import (
+    DIR_MODE,
+    FILE_MODE,
+    LOCK_NAME,
+    OneRecordPerWrite,
+)
+
+
+class RecordFileStorage(OneRecordPerWrite):
+    """Records as files under one directory, one file each.
+
+    What ``FileStorage`` keeps outside thread logs (the store marker, the
+    quarantine), and how stores were laid out before logs (still read).
+
+    Every write goes to a uniquely named temporary file in the destination
+    directory, is flushed and fsynced, renamed into place, and the directory is
+    fsynced, before ``write`` returns. A crash at any point leaves either the
+    old record or the new one, plus possibly a temporary file that readers
+    never look at and that is removed once its writer is gone.
+
+    Args:
+        root: The store directory; created (mode 0700) if missing.
+        fsync: ``False`` skips every fsync. Faster, and a machine crash or
+            power loss may then lose acknowledged writes. Process crashes
+            lose nothing either way.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.root = Path(root).absolute()
+        self.fsync = fsync
+        if self.root.exists() and not self.root.is_dir():
+            raise NotADirectoryError(not_a_store(self.root))
+        self._root = str(self.root)
+        # Directories this store made (or found) durably, so that a write need not
+        # stat its way down the tree every time. Only a hint: delete_tree, or
+        # another process, may remove one at any moment, so an operation that
+        # finds its directory gone forgets them all and makes it again.
+        self._known_dirs: set[str] = set()
+        self.ensure_directory(self._root, sync=fsync)
+
+    # -- writing ---------------------------------------------------------
+
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        sync = self.fsync and durable
+        try:
+            temp, fd = self._create_temp(directory, sync=sync)
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        written = os.write(fd, view)
+                        view = view[written:]
+                    if sync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if replace:
+                    os.replace(temp, path)
+                    created = True
+                else:
+                    # link() fails if the name exists: first writer wins, atomically
+                    try:
+                        os.link(temp, path)
+                        created = True
+                    except FileExistsError:
+                        created = False
+                    os.unlink(temp)
+            except BaseException:
+                remove_quietly(temp)
+                raise
+            if created and sync:
+                self.sync_directory(directory)
+            return created
+        except OSError as exc:
+            raise StoreWriteError(path, exc) from exc
+
+    def _create_temp(self, directory: str, *, sync: bool) -> tuple[str, int]:
+        """A new, uniquely named file in ``directory`` (made if missing), open for writing."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        self.ensure_directory(directory, sync=sync)
+        temp = f"{directory}/{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-{secrets.token_hex(8)}"
+        try:
+            return temp, os.open(temp, flags, FILE_MODE)
+        except FileNotFoundError:
+            self.forget_directories()  # removed since we saw it: make it again
+            self.ensure_directory(directory, sync=sync)
+            return temp, os.open(temp, flags, FILE_MODE)
+
+    def ensure_directory(self, directory: str, *, sync: bool) -> None:
+        """Make ``directory`` and its missing parents; ``sync`` makes each new entry durable."""
+        if directory in self._known_dirs:
+            return
+        missing = []
+        current = directory
+        while not os.path.isdir(current):
+            missing.append(current)
+            current = os.path.dirname(current)
+        for new_dir in reversed(missing):
+            with suppress(FileExistsError):
+                os.mkdir(new_dir, DIR_MODE)
+            if sync:
+                # the new entry must survive a crash as much as the file inside it
+                self.sync_directory(os.path.dirname(new_dir))
+        # one made without its fsync must not vouch for a durable write later
+        if sync or not self.fsync:
+            self._known_dirs.add(directory)
+
+    def forget_directories(self) -> None:
+        """Forget which directories exist (one was removed): the next write makes it again."""
+        self._known_dirs.clear()
+
+    def sync_directory(self, directory: str) -> None:
+        """``fsync`` a directory: what was made in it survives a crash (unless ``fsync=False``)."""
+        if not self.fsync:
+            return
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # -- reading ---------------------------------------------------------
+
+    def read(self, key: str) -> bytes | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except IsADirectoryError:
+            return None
+
+    def list(self, prefix: str) -> list[str]:
+        directory = self._path(prefix)
+        try:
+            names = os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        # Hidden names (temp files, the lock) are rare, and one min() at C speed
+        # proves there are none: a name starting with "." sorts before any name
+        # whose first character is "/" or above, and no name can hold a "/".
+        if not names or min(names) >= "/":
+            return names
+        visible = []
+        for name in names:
+            if name.startswith(TEMP_PREFIX):
+                remove_if_abandoned(f"{directory}/{name}")
+            elif not name.startswith("."):  # encoded names never start with a dot
+                visible.append(name)
+        return visible
+
+    def walk(self, prefix: str) -> Iterator[str]:
+        base = Path(self._path(prefix))
+        if not base.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(base):
+            # a directory being deleted is renamed to a temp name first: never descend
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(TEMP_PREFIX))
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            for name in sorted(filenames):
+                if name.startswith(TEMP_PREFIX):
+                    remove_if_abandoned(os.path.join(dirpath, name))
+                elif not name.startswith("."):
+                    yield f"{rel}/{name}"
+
+    # -- removing --------------------------------------------------------
+
+    def delete(self, key: str) -> None:
+        remove_quietly(self._path(key))
+
+    def delete_tree(self, prefix: str) -> None:
+        path = self._path(prefix)
+        if os.path.isdir(path):
+            # rename first so a crash half-way never leaves a half-deleted thread visible
+            parent = os.path.dirname(path)
+            doomed = f"{parent}/{TEMP_PREFIX}deleting-{secrets.token_hex(8)}"
+            try:
+                os.rename(path, doomed)
+            except FileNotFoundError:
+                return
+            self.forget_directories()
+            self.sync_directory(parent)
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:
+            remove_quietly(path)
+
+    def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
+        source, target = self._path(key), self._path(new_key)
+        target_dir = os.path.dirname(target)
+        # no fsync: a rename lost in a crash leaves the damage where a read finds it again
+        self.ensure_directory(target_dir, sync=False)
+        try:
+            self._rename(source, target, replace=replace)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            if not os.path.lexists(source):
+                return False  # someone else moved or deleted it first
+            self.forget_directories()  # it is the target's directory that went away
+            self.ensure_directory(target_dir, sync=False)
+            try:
+                self._rename(source, target, replace=replace)
+            except (FileNotFoundError, FileExistsError):
+                return False
+        return True
+
+    @staticmethod
+    def _rename(source: str, target: str, *, replace: bool) -> None:
+        if replace:
+            os.rename(source, target)
+        else:
+            os.link(source, target)  # fails if target exists: never overwrite
+            os.unlink(source)
+
+    def location(self, key: str) -> str:
+        return self._path(key)
+
+    def stamp(self, key: str) -> Hashable | None:
+        try:
+            st = os.stat(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    @contextmanager
+    def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
+        """An advisory ``flock`` on ``<prefix>/.lock``; it needs no cleanup after a crash.
+
+        ``delete_tree`` renames the directory (lock file included) away, so a lock
+        won on a file no longer at its path is let go and taken again on the
+        current one: whoever waited on a deleted thread's lock then sees the
+        thread as it is now.
+
+        On a store this process cannot write (a read-only mount, no write
+        permission) the lock file is opened read-only, which ``flock`` accepts;
+        if there is none and none can be made, nothing is locked: no one can
+        write there through this directory's lock anyway.
+        """
+        directory = self._path(prefix)
+        lock_path = f"{directory}/{LOCK_NAME}"
+        while True:
+            fd = self._open_lock_file(directory, lock_path)
+            if fd is None:
+                break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                try:
+                    current = os.stat(lock_path).st_ino
+                except FileNotFoundError:
+                    current = None
+                if current == os.fstat(fd).st_ino:
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # the directory was deleted while we waited: lock its successor
+        try:
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # closing releases the lock
+
+    def _open_lock_file(self, directory: str, lock_path: str) -> int | None:
+        """A descriptor of the lock file (made if missing); ``None`` if there is none
+        and this process cannot make one."""
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        cannot_write = (errno.EACCES, errno.EPERM, errno.EROFS)  # permissions, read-only mount
+        try:
+            try:
+                self.ensure_directory(directory, sync=self.fsync)
+            except OSError as exc:
+                # only a directory that cannot be made (mkdir names it) means there is
+                # nothing to lock; one made but not synced is a failed write as any
+                if exc.errno not in cannot_write or exc.filename is None:
+                    raise
+                return None
+            try:
+                return os.open(lock_path, flags, FILE_MODE)
+            except FileNotFoundError:
+                self.forget_directories()  # removed since we saw it: make it again
+                self.ensure_directory(directory, sync=self.fsync)
+                return os.open(lock_path, flags, FILE_MODE)
+            except OSError as exc:
+                if exc.errno not in cannot_write:
+                    raise
+                try:
+                    # flock does not care how the file was opened
+                    return os.open(lock_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except FileNotFoundError:
+                    return None  # no lock file, and none can be made: nothing to lock
+                except OSError:
+                    raise exc from None
+        except OSError as exc:
+            raise StoreWriteError(lock_path, exc) from exc
+
+    def _path(self, key: str) -> str:
+        # keys are built from encoded segments only; this is a second line of defence
+        if key.startswith("/") or ".." in key.split("/"):
+            raise ValueError(f"unsafe storage key {key!r}")
+        return f"{self._root}/{key}" if key else self._root
+
+    def greatest_name(self, prefix: str) -> str | None:
+        return max(self.list(prefix), default=None)
+
+    def __repr__(self) -> str:
+        return f"RecordFileStorage({self._root!r}, fsync={self.fsync})"
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# A temp file whose writer is alive may be about to be renamed into place; one
+# whose writer is gone is garbage. The writer's pid is in the name.
+_ABANDONED_AFTER_SECONDS = 3600.0
+
+
+def _pid_space() -> str:
+    """Names the set of processes whose pids this process can check: the host and
+    its pid namespace. Another container or host sharing the store has another."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    material = f"{socket.gethostname()}\0{namespace}".encode()
+    return hashlib.sha256(material).hexdigest()[:8]
+
+
+PID_SPACE = _pid_space()
+
+
+def remove_if_abandoned(path: str) -> None:
+    # name: .tmp-<pid>-<pid space>-<random>; a pid is only checked in its own space
+    pid_text, _, rest = os.path.basename(path)[len(TEMP_PREFIX) :].partition("-")
+    space = rest.partition("-")[0]
+    try:
+        if pid_text.isdigit() and space == PID_SPACE:
+            pid = int(pid_text)
+            if pid == os.getpid() or _process_alive(pid):
+                return
+        elif time.time() - os.stat(path).st_mtime < _ABANDONED_AFTER_SECONDS:
+            return
+        remove_quietly(path)
+    except OSError:
+        pass
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError as exc:
+        return exc.errno != errno.ESRCH
+    return True
+
+
+def not_a_store(path: Path) -> str:
+    """Why ``path`` cannot be a store, and what to do instead."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        head = b""
+    if head == b"SQLite format 3\x00":
+        return (
+            f"{path} is a SQLite database, not a store (a store is a directory). To move "
+            f"a SqliteSaver's checkpoints into a store: langgraph-verified migrate {path} "
+            f"<new store directory>, then open that directory"
+        )
+    return f"store path {path} exists and is not a directory: a store is a directory"

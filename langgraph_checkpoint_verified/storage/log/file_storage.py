@@ -1,0 +1,764 @@
+"""The file store: one append-only log per thread, an in-memory key directory, compaction.
+
+Every record of a thread (``threads/<T>/...``: checkpoints, pending writes,
+tool-call records) is an entry appended to the thread's log,
+``threads/<T>/log`` (see ``storage.log.entries`` for the entry format). A durable call is
+one ``write`` of the new entries and one ``fdatasync``: no new file, no rename,
+no directory sync. A log is created (and its directory synced) once per thread.
+
+This is Bitcask's design: each process keeps, per thread it touched, a key
+directory (key -> where its latest entry's data lies), built by reading the
+log once and brought up to date by reading only what was appended since
+(another process's appends included). Deleting appends a tombstone. A process
+that read a long log leaves a hint beside it (``log.hint``: every key's
+position, sorted, in blocks with an index, like an SSTable's): the next process
+reads the hint's index, the blocks it needs as it needs them, and the log from
+where the hint ends.
+``compact`` writes the live entries to a new file, syncs it and renames it
+over the log, so a crash leaves the old log or the new one; readers notice the
+new file by its inode and read it afresh.
+
+Appends take an exclusive ``flock`` on the log for the write and its sync, so
+two processes never interleave entries, and whoever appends first cuts off a
+torn tail left by a crash. Readers take no lock: an entry half-written at the
+moment they read is a torn tail to them, not damage.
+
+Everything else (the store marker, the quarantine) is a plain file, written
+by ``RecordFileStorage``. A store written as one file per record (the layout before
+logs) is read as it is: its files are in the key directory, under the log's
+entries, and ``compact`` folds them into the log.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import os
+import secrets
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from langgraph_checkpoint_verified.errors import StoreWriteError
+from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
+from langgraph_checkpoint_verified.storage.base import FILE_MODE, LOCK_NAME
+from langgraph_checkpoint_verified.storage.files import (
+    PID_SPACE,
+    RecordFileStorage,
+    remove_if_abandoned,
+    remove_quietly,
+)
+from langgraph_checkpoint_verified.storage.log.entries import (
+    CHECKSUM_SIZE,
+    DELETE,
+    PUT,
+    DamagedSpan,
+    decode_hint_index,
+    encode_entry,
+    encode_hint,
+    scan,
+)
+from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
+
+if sys.platform != "win32":
+    import fcntl
+
+LOG_NAME = "log"
+HINT_NAME = "log.hint"
+HINT_AFTER_BYTES = 256 * 1024
+"""A process that read this much of a log to open it leaves a hint for the next one."""
+HINT_EVERY_BYTES = 4 * 1024 * 1024
+"""...and refreshes it once the log has grown this much past it."""
+_OPEN_LOGS = 256
+_OPENINGS = itertools.count(1)
+
+_InLog = tuple[int, int]
+"""Where an entry's data lies in the log: (offset, size)."""
+
+
+@dataclass(frozen=True)
+class DamagedBytes:
+    """Bytes in a thread's log that are no intact entry of that thread."""
+
+    location: str
+    """``<log path>@<offset>``."""
+    reason: str
+    data: bytes
+    claimed_key: str | None
+    span_id: str
+    """Names the bytes for as long as the log file is the same (its inode and the offset)."""
+
+
+class _DamagedEntry(NamedTuple):
+    """What a key reads back as when its latest entry is damaged: the whole stretch."""
+
+    offset: int
+    data: bytes
+
+
+class _ThreadLog:
+    """One thread's log as this process knows it."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.path = f"{directory}/{LOG_NAME}"
+        self.fd: int | None = None
+        self.ino: int | None = None
+        self.opening = 0
+        """Which opening of the file ``fd`` is, unique in this process: an inode number
+        can be reused once a compacted log's file is gone, an opening never is."""
+        self.end = 0
+        """Where the intact part of the log, as read so far, ends."""
+        self.index = KeyDirectory()
+        """key -> (offset, size) in the log, a path (a record file), or bytes (damage)."""
+        self.lock = threading.RLock()
+        self.built = False
+        self.spans: list[DamagedBytes] = []
+        """Damage between entries that names no record of this thread, as read so far."""
+        self.shadowed: dict[str, str] = {}
+        """Record files (the layout before logs) whose key the log holds since: key -> path."""
+        self.hint_end = 0
+        """How much of the log the newest hint this process knows of covers."""
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = None
+        self.ino = None
+
+
+class FileStorage:
+    """Records as entries of one append-only log per thread (see the module docstring).
+
+    Implements ``Storage``; ``VerifiedSaver(path)`` uses it.
+
+    Args:
+        root: The store directory; created (mode 0700) if missing.
+        fsync: ``False`` skips every sync: process crashes lose nothing, a
+            machine crash or power loss may lose acknowledged writes.
+
+    Example:
+        >>> import tempfile
+        >>> storage = FileStorage(tempfile.mkdtemp())
+        >>> storage.write("threads/t/ns/~/checkpoints/1.ckpt", b"record")
+        True
+        >>> storage.read("threads/t/ns/~/checkpoints/1.ckpt"), storage.list("threads/t/ns/~")
+        (b'record', ['checkpoints'])
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.files = RecordFileStorage(root, fsync=fsync)
+        self.root: Path = self.files.root
+        self.fsync = fsync
+        self.on_damaged_span: Callable[[str, str, bytes, str | None, str], Any] | None = None
+        """Called as ``(log location, reason, bytes, claimed key, span id)`` for damage
+        between entries that names no readable key (set by the saver's reporter)."""
+        self._logs: OrderedDict[str, _ThreadLog] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- routing ------------------------------------------------------------
+
+    @staticmethod
+    def _thread_dir_key(key: str) -> str | None:
+        """``threads/<T>`` for a key inside a thread (or the thread itself), else ``None``."""
+        if not key.startswith("threads/"):
+            return None
+        end = key.find("/", 8)
+        return key if end == -1 else key[:end]
+
+    def _log(self, thread_key: str) -> _ThreadLog:
+        with self._lock:
+            log = self._logs.get(thread_key)
+            if log is None:
+                log = _ThreadLog(self.files.location(thread_key))
+                self._logs[thread_key] = log
+                while len(self._logs) > _OPEN_LOGS:
+                    _, old = self._logs.popitem(last=False)
+                    with old.lock:
+                        old.close()
+            self._logs.move_to_end(thread_key)
+            return log
+
+    # -- keeping the key directory up to date --------------------------------
+
+    def _refresh(self, log: _ThreadLog) -> None:
+        """Bring ``log.index`` up to date with the file (caller holds ``log.lock``)."""
+        try:
+            st = os.stat(log.path)
+        except (FileNotFoundError, NotADirectoryError):
+            if log.ino is not None or not log.built:
+                log.close()
+                self._rebuild(log, None)
+            return
+        if st.st_ino != log.ino:
+            log.close()
+            try:
+                log.fd = os.open(log.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                self._rebuild(log, None)
+                return
+            log.ino = os.fstat(log.fd).st_ino
+            log.opening = next(_OPENINGS)
+            self._rebuild(log, log.fd)
+            return
+        if st.st_size > log.end:
+            self._read_tail(log, log.fd, st.st_size)  # type: ignore[arg-type]
+
+    def _rebuild(self, log: _ThreadLog, fd: int | None) -> None:
+        log.built = True
+        log.spans = []
+        log.shadowed = {}
+        log.index = KeyDirectory()
+        log.end = 0
+        log.hint_end = 0
+        thread_key = os.path.relpath(log.directory, self.files.location(""))
+        for key, path in self._record_files(log.directory, thread_key):
+            log.index[key] = path
+        if fd is None:
+            log.fd = None
+            return
+        if not log.index:  # a hint covers the log only: record files are listed above
+            self._read_hint(log, fd)
+        self._read_tail(log, fd, os.fstat(fd).st_size)
+        if log.end - log.hint_end >= HINT_AFTER_BYTES:
+            self._write_hint(log)
+
+    def _read_hint(self, log: _ThreadLog, fd: int) -> None:
+        """Take the key directory from the log's hint, if it is intact and of this log:
+        its index now, its blocks as they are used (``HintedDirectory``)."""
+        path = f"{log.directory}/{HINT_NAME}"
+        try:
+            hint_fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        try:
+            hint_stat, log_stat = os.fstat(hint_fd), os.fstat(fd)
+            index = decode_hint_index(
+                lambda size, offset: os.pread(hint_fd, size, offset),
+                log_stat.st_ino,
+                log_stat.st_size,
+                size=hint_stat.st_size,
+            )
+        except OSError:
+            index = None
+        finally:
+            os.close(hint_fd)
+        if index is None:
+            return  # stale (the log was compacted since) or damaged: read the log itself
+        log.index = HintedDirectory(
+            path,
+            (hint_stat.st_ino, hint_stat.st_size),
+            index,
+            lambda: self._read_whole(log),
+        )
+        log.end = log.hint_end = index.end
+
+    def _read_whole(self, log: _ThreadLog) -> KeyDirectory:
+        """The key directory of the log up to where it was read, from the log alone (a
+        block of its hint did not verify)."""
+        scratch = _ThreadLog(log.directory)
+        scratch.fd, scratch.ino, scratch.built = log.fd, log.ino, True
+        assert log.fd is not None
+        self._read_tail(scratch, log.fd, log.end)  # leaves a new hint, as any full read
+        log.spans = scratch.spans
+        log.hint_end = scratch.hint_end
+        return scratch.index
+
+    def _write_hint(self, log: _ThreadLog) -> None:
+        """Save the key directory beside the log, so the next process reads less of it.
+
+        Only a shortcut: not synced, written whole or not at all (temp file,
+        rename), and ignored unless it names the current log. A log with damage
+        or record files in it gets none: those are found by reading it.
+        """
+        if log.spans or log.ino is None:
+            return
+        entries = []
+        for key, where in log.index.items():
+            if not isinstance(where, tuple) or isinstance(where, _DamagedEntry):
+                return
+            entries.append((key, where[0], where[1]))
+        data = encode_hint(log.ino, log.end, entries)
+        temp = f"{log.directory}/{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-{secrets.token_hex(8)}"
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            try:
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(temp, f"{log.directory}/{HINT_NAME}")
+        except OSError:
+            remove_quietly(temp)  # a read-only store, a full disk: no hint, nothing lost
+            return
+        log.hint_end = log.end
+
+    def _record_files(self, directory: str, thread_key: str) -> Iterator[tuple[str, str]]:
+        """Records stored one file each (the layout before logs), if there are any.
+
+        Also removes what a killed compaction left (a temp file beside the log)
+        once its writer is gone.
+        """
+        try:
+            names = os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for name in names:
+            if name.startswith(TEMP_PREFIX):
+                remove_if_abandoned(f"{directory}/{name}")
+        for sub in ("ns", "tools"):
+            base = f"{directory}/{sub}"
+            if not os.path.isdir(base):
+                continue
+            for dirpath, dirnames, filenames in os.walk(base):
+                dirnames[:] = [d for d in dirnames if not d.startswith(TEMP_PREFIX)]
+                rel = os.path.relpath(dirpath, directory)
+                for name in filenames:
+                    if name.startswith(TEMP_PREFIX):
+                        remove_if_abandoned(f"{dirpath}/{name}")
+                    elif not name.startswith("."):
+                        yield f"{thread_key}/{rel}/{name}", f"{dirpath}/{name}"
+
+    def _read_tail(self, log: _ThreadLog, fd: int, size: int) -> None:
+        if size <= log.end:
+            return
+        data = os.pread(fd, size - log.end, log.end)
+        entries, damaged, end = scan(data)
+        base = log.end
+        spans = iter(damaged)
+        span = next(spans, None)
+        thread_key = os.path.relpath(log.directory, self.files.location(""))
+        for entry in entries:
+            while span is not None and span.offset < entry.offset:
+                self._found_damage(log, base, span, data)
+                span = next(spans, None)
+            if self._thread_dir_key(entry.key) != thread_key:
+                # an intact entry, but of another thread: a log copied or spliced in
+                self._found_damage(
+                    log,
+                    base,
+                    DamagedSpan(
+                        entry.offset, entry.end, None, f"an entry of another thread ({entry.key})"
+                    ),
+                    data,
+                )
+                continue
+            _apply(log, entry.kind, entry.key, (base + entry.data_offset, entry.data_size))
+        while span is not None:
+            self._found_damage(log, base, span, data)
+            span = next(spans, None)
+        log.end = base + end
+        if log.end - log.hint_end >= HINT_EVERY_BYTES:
+            self._write_hint(log)
+
+    def _found_damage(self, log: _ThreadLog, base: int, span: DamagedSpan, data: bytes) -> None:
+        raw = data[span.offset : span.end]
+        key = span.key
+        thread_key = os.path.relpath(log.directory, self.files.location(""))
+        if key is not None and self._thread_dir_key(key) == thread_key:
+            # The entry's frame is broken but it still says whose it is: its key
+            # now reads back as the damaged stretch, byte for byte, which does not
+            # verify, so the saver reports and quarantines it like any damaged record.
+            log.index[key] = _DamagedEntry(base + span.offset, raw)
+            return
+        damaged = DamagedBytes(
+            location=f"{log.path}@{base + span.offset}",
+            reason=span.reason,
+            data=raw,
+            claimed_key=key,
+            span_id=f"{log.ino}-{base + span.offset}",
+        )
+        log.spans.append(damaged)
+        if self.on_damaged_span is not None:
+            self.on_damaged_span(damaged.location, damaged.reason, raw, key, damaged.span_id)
+
+    # -- Storage ----------------------------------------------------------------
+
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
+        return self.write_many([(key, data)], replace=replace, durable=durable)[0]
+
+    def write_many(
+        self,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        replace: bool = True,
+        durable: bool = True,
+    ) -> builtins.list[bool]:
+        """Write several records; those of one thread cost one append and one sync.
+
+        With ``replace=False``, a key that exists keeps its record (``False`` for it).
+        """
+        by_thread: dict[str | None, list[int]] = {}
+        for i, (key, _) in enumerate(items):
+            by_thread.setdefault(self._thread_dir_key(key), []).append(i)
+        written = [False] * len(items)
+        for thread_key, indices in by_thread.items():
+            if thread_key is None or thread_key == items[indices[0]][0]:
+                for i in indices:
+                    key, data = items[i]
+                    written[i] = self.files.write(key, data, replace=replace, durable=durable)
+                continue
+            log = self._log(thread_key)
+            chosen = self._append(
+                log,
+                [(PUT, items[i][0], items[i][1]) for i in indices],
+                replace=replace,
+                durable=durable,
+            )
+            for i, done in zip(indices, chosen, strict=True):
+                written[i] = done
+        return written
+
+    def _append(
+        self,
+        log: _ThreadLog,
+        entries: list[tuple[int, str, bytes]],
+        *,
+        replace: bool = True,
+        durable: bool = True,
+    ) -> builtins.list[bool]:
+        with log.lock, self._appending(log) as fd:
+            self._refresh(log)
+            chosen = [replace or kind != PUT or key not in log.index for kind, key, _ in entries]
+            kept = [entry for entry, keep in zip(entries, chosen, strict=True) if keep]
+            if not kept:
+                return chosen
+            payload = [encode_entry(kind, key, data) for kind, key, data in kept]
+            try:
+                size = os.fstat(fd).st_size
+                if size > log.end:
+                    # a torn tail: a crashed writer's half entry, cut before appending
+                    os.ftruncate(fd, log.end)
+                _write_all(fd, b"".join(payload))
+                if self.fsync and durable:
+                    os.fdatasync(fd)
+            except OSError as exc:
+                # what was written, if anything, is a torn tail for readers and is
+                # cut off by the next append
+                raise StoreWriteError(log.path, exc) from exc
+            if size < log.end:
+                self._refresh(log)  # the log is shorter than we knew it: read it again
+                return chosen
+            # the entries are where we put them: no need to read them back
+            offset = log.end
+            for (kind, key, data), entry in zip(kept, payload, strict=True):
+                data_offset = offset + len(entry) - CHECKSUM_SIZE - len(data)
+                _apply(log, kind, key, (data_offset, len(data)))
+                offset += len(entry)
+            log.end = offset
+            return chosen
+
+    @contextmanager
+    def _appending(self, log: _ThreadLog) -> Iterator[int]:
+        """An fd of the current log, held under an exclusive ``flock`` (creates the log)."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        while True:
+            try:
+                self.files.ensure_directory(log.directory, sync=self.fsync)
+                created = not os.path.exists(log.path)
+                fd = os.open(log.path, flags, FILE_MODE)
+            except OSError as exc:
+                self.files.forget_directories()
+                raise StoreWriteError(log.path, exc) from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    current = os.stat(log.path).st_ino
+                except FileNotFoundError:
+                    current = None
+                if current == os.fstat(fd).st_ino:
+                    break
+            except OSError as exc:
+                os.close(fd)
+                raise StoreWriteError(log.path, exc) from exc
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # compacted or deleted while we waited: append to what is there now
+        try:
+            if created and self.fsync:
+                try:
+                    # the new log's name must survive a crash as much as what it holds
+                    self.files.sync_directory(log.directory)
+                except OSError as exc:
+                    raise StoreWriteError(log.directory, exc) from exc
+            yield fd
+        finally:
+            os.close(fd)
+
+    def read(self, key: str) -> bytes | None:
+        thread_key = self._thread_dir_key(key)
+        if thread_key is None or thread_key == key:
+            return self.files.read(key)
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            where = log.index.get(key)
+            if where is None:
+                return None
+            if isinstance(where, _DamagedEntry):
+                return where.data
+            if isinstance(where, str):
+                return self.files.read(os.path.relpath(where, self.files.location("")))
+            offset, size = where
+            assert log.fd is not None
+            data = os.pread(log.fd, size, offset)
+        if len(data) != size:
+            return data  # cut short under us (the store was damaged): does not verify
+        return data
+
+    def list(self, prefix: str) -> list[str]:
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            return self.files.list(prefix)
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            return log.index.names_under(prefix)
+
+    def damaged_bytes(self, prefix: str) -> builtins.list[DamagedBytes]:
+        """Damage between entries, in the logs of the threads under ``prefix``, that names
+        no record a read could ask for (see the module docstring); compaction drops it."""
+        if prefix == "threads":
+            return [
+                d
+                for name in self.files.list("threads")
+                for d in self.damaged_bytes(f"threads/{name}")
+            ]
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            return []
+        # a full read of the log, not the key directory (which a hint may have filled)
+        scratch = _ThreadLog(self.files.location(thread_key))
+        try:
+            scratch.fd = os.open(scratch.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            scratch.ino = os.fstat(scratch.fd).st_ino
+            scratch.built = True
+            on_damage, self.on_damaged_span = self.on_damaged_span, None
+            try:
+                self._read_tail(scratch, scratch.fd, os.fstat(scratch.fd).st_size)
+            finally:
+                self.on_damaged_span = on_damage
+            return builtins.list(scratch.spans)
+        finally:
+            scratch.close()
+
+    def greatest_name(self, prefix: str) -> str | None:
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            return self.files.greatest_name(prefix)
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            return log.index.greatest_name_under(prefix)
+
+    def walk(self, prefix: str) -> Iterator[str]:
+        if prefix == "threads":
+            for name in sorted(self.files.list("threads")):
+                yield from self.walk(f"threads/{name}")
+            return
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            yield from self.files.walk(prefix)
+            return
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            keys = sorted(log.index.keys_under(prefix))
+        yield from keys
+
+    def delete(self, key: str) -> None:
+        self.delete_many([key])
+
+    def delete_many(self, keys: Sequence[str], *, durable: bool = False) -> None:
+        """Remove records; a missing key is not an error.
+
+        Not durable by default: maintenance ends with ``compact``, which is.
+        """
+        by_thread: dict[str | None, list[str]] = {}
+        for key in keys:
+            by_thread.setdefault(self._thread_dir_key(key), []).append(key)
+        for thread_key, thread_keys in by_thread.items():
+            if thread_key is None:
+                for key in thread_keys:
+                    self.files.delete(key)
+                continue
+            log = self._log(thread_key)
+            with log.lock:
+                self._refresh(log)
+                present = [key for key in thread_keys if key in log.index]
+                files = [log.index[key] for key in present if isinstance(log.index[key], str)]
+                files += [log.shadowed.pop(key) for key in thread_keys if key in log.shadowed]
+                if present:
+                    self._append(log, [(DELETE, key, b"") for key in present], durable=durable)
+                for path in files:
+                    remove_quietly(path)
+
+    def delete_tree(self, prefix: str) -> None:
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None or thread_key == prefix:
+            self.files.delete_tree(prefix)
+            if thread_key is not None:
+                with self._lock:
+                    log = self._logs.pop(thread_key, None)
+                if log is not None:
+                    with log.lock:
+                        log.close()
+            return
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            keys = log.index.keys_under(prefix)
+        self.delete_many(keys)
+
+    def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
+        # as RecordFileStorage's rename does, a refusal surfaces as the OSError itself:
+        # the reporter tells a read-only store (nothing moved, nothing raised) by it
+        try:
+            return self._move_aside(key, new_key, replace=replace)
+        except StoreWriteError as exc:
+            if isinstance(exc.__cause__, OSError):
+                raise exc.__cause__ from None
+            raise
+
+    def _move_aside(self, key: str, new_key: str, *, replace: bool) -> bool:
+        source_thread = self._thread_dir_key(key)
+        target_thread = self._thread_dir_key(new_key)
+        if source_thread is None and target_thread is None:
+            return self.files.move_aside(key, new_key, replace=replace)
+        if source_thread is not None and target_thread is None:
+            log = self._log(source_thread)
+            with log.lock:
+                data = self.read(key)
+                if data is None:
+                    return False
+                where = log.index.get(key)
+                if not self.files.write(new_key, data, replace=replace, durable=False):
+                    return False
+                self._append(log, [(DELETE, key, b"")], durable=False)
+                if isinstance(where, str):
+                    remove_quietly(where)
+                return True
+        if source_thread is None:
+            # back from the quarantine into a thread (never over a newer record)
+            data = self.files.read(key)
+            if data is None or not self.write(new_key, data, replace=replace):
+                return False
+            self.files.delete(key)
+            return True
+        raise ValueError(f"cannot move {key} to {new_key}: records move out of threads only")
+
+    def _locate(self, key: str) -> tuple[_ThreadLog, Any] | None:
+        """The up-to-date log of the thread ``key`` is in, and where the key is in it;
+        ``None`` for a key outside every thread (a plain file)."""
+        thread_key = self._thread_dir_key(key)
+        if thread_key is None or thread_key == key:
+            return None
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            return log, log.index.get(key)
+
+    def location(self, key: str) -> str:
+        found = self._locate(key)
+        if found is not None and isinstance(found[1], (tuple, _DamagedEntry)):
+            return f"{found[0].path}@{found[1][0]} ({key})"
+        return self.files.location(key)
+
+    def stamp(self, key: str) -> Hashable | None:
+        found = self._locate(key)
+        if found is None:
+            return self.files.stamp(key)
+        log, where = found
+        if where is None:
+            return None
+        if isinstance(where, _DamagedEntry):
+            return ("damaged", log.ino, log.opening, where.offset)
+        if isinstance(where, tuple):
+            return (log.ino, log.opening, where[0])
+        return self.files.stamp(os.path.relpath(where, self.files.location("")))
+
+    def written_stamp(self, key: str) -> Hashable | None:
+        return self.stamp(key)
+
+    def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
+        return self.files.lock(prefix, exclusive=exclusive)
+
+    def compact(self, prefix: str) -> None:
+        """Rewrite a thread's log with only its live records; durable, atomic.
+
+        Records stored one file each are folded into the log, then removed.
+        A crash leaves the old log or the new one (and, at worst, record files
+        that the new log holds too).
+        """
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            return
+        log = self._log(thread_key)
+        if not os.path.isdir(log.directory):
+            return
+        with log.lock, self._appending(log):
+            self._refresh(log)
+            live: list[tuple[int, str, bytes]] = []
+            folded: list[str] = []
+            for key in log.index.keys_under(thread_key):
+                where = log.index[key]
+                data = self.read(key)
+                if data is None or isinstance(where, _DamagedEntry):
+                    continue  # damaged: the saver reports and quarantines it, not this
+                if isinstance(where, str):
+                    folded.append(where)
+                live.append((where[0] if isinstance(where, tuple) else -1, key, data))
+            live.sort()
+            temp = f"{log.directory}/{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-{secrets.token_hex(8)}"
+            try:
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+                try:
+                    _write_all(fd, b"".join(encode_entry(PUT, k, d) for _, k, d in live))
+                    if self.fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(temp, log.path)
+                if self.fsync:
+                    self.files.sync_directory(log.directory)
+            except BaseException as exc:
+                remove_quietly(temp)
+                if isinstance(exc, OSError):
+                    raise StoreWriteError(log.path, exc) from exc
+                raise
+            log.close()
+            for path in [*folded, *log.shadowed.values()]:
+                remove_quietly(path)
+            self._refresh(log)
+
+    def __repr__(self) -> str:
+        return f"FileStorage({str(self.root)!r}, fsync={self.fsync})"
+
+
+def _apply(log: _ThreadLog, kind: int, key: str, where: tuple[int, int]) -> None:
+    """Take an entry of ``kind`` for ``key``, its data at ``where``, into the key directory."""
+    before = log.index.get(key)
+    if isinstance(before, str):
+        log.shadowed[key] = before  # a record file: removed with the key, or by compaction
+    if kind == PUT:
+        log.index[key] = where
+    elif before is not None:
+        del log.index[key]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+__all__ = ["LOCK_NAME", "FileStorage"]

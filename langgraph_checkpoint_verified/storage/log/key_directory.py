@@ -1,0 +1,284 @@
+"""A thread's key directory: every key of its log and where its latest entry lies.
+
+``KeyDirectory`` is built by reading the log once and kept up to date by the
+log's appends; ``HintedDirectory`` is the same directory opened from a hint
+file (``log.hint``), reading the hint's blocks only as they are needed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import builtins
+import itertools
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from langgraph_checkpoint_verified.storage.log.entries import HintIndex, hint_block
+
+
+class KeyDirectory(dict[str, Any]):
+    """A thread's keys and where each is, listable by prefix.
+
+    Keys are ``/``-joined paths. Each key's parent keeps its names (one split
+    per key); the directories above are counted once per parent, not once per
+    key, which keeps opening a long thread's log cheap.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leaves: dict[str, dict[str, None]] = {}
+        self.subdirs: dict[str, dict[str, None]] = {}
+        self.greatest: dict[str, str] = {}
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self:
+            parent, _, name = key.rpartition("/")
+            names = self.leaves.get(parent)
+            if names is None:
+                names = self.leaves[parent] = {}
+                self._add_dir(parent)
+            names[name] = None
+            greatest = self.greatest.get(parent)
+            if greatest is not None and name > greatest:
+                self.greatest[parent] = name
+        super().__setitem__(key, value)
+
+    def add_names(self, parent: str, names: list[str], positions: list[Any]) -> None:
+        """Keys ``parent/name``, none of them in the directory yet, each at its position:
+        a directory at a time (a hint's group), not a key at a time."""
+        if not names:
+            return
+        leaf = self.leaves.get(parent)
+        if leaf is None:
+            leaf = self.leaves[parent] = {}
+            self._add_dir(parent)
+        leaf.update(dict.fromkeys(names))
+        self.greatest.pop(parent, None)  # found again when asked
+        super().update(zip([f"{parent}/{name}" for name in names], positions, strict=True))
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        parent, _, name = key.rpartition("/")
+        names = self.leaves[parent]
+        del names[name]
+        if self.greatest.get(parent) == name:
+            del self.greatest[parent]  # found again when asked
+        if not names:
+            del self.leaves[parent]
+            self._drop_dir(parent)
+
+    def _add_dir(self, path: str) -> None:
+        """Note that ``path`` holds something, in each directory above it that did not know."""
+        while "/" in path:
+            above, _, name = path.rpartition("/")
+            names = self.subdirs.setdefault(above, {})
+            if name in names:
+                return
+            names[name] = None
+            if len(names) > 1 or above in self.leaves:
+                return  # ``above`` held something already, so its parent knows it
+            path = above
+
+    def _drop_dir(self, path: str) -> None:
+        """Forget ``path``, and each directory above it that holds nothing more."""
+        while "/" in path and path not in self.leaves and not self.subdirs.get(path):
+            above, _, name = path.rpartition("/")
+            names = self.subdirs.get(above)
+            if not names or name not in names:
+                return
+            del names[name]
+            if names:
+                return
+            del self.subdirs[above]
+            path = above
+
+    def names_under(self, prefix: str) -> builtins.list[str]:
+        return [*self.leaves.get(prefix, ()), *self.subdirs.get(prefix, ())]
+
+    def keys_under(self, prefix: str) -> builtins.list[str]:
+        found = [f"{prefix}/{name}" for name in self.leaves.get(prefix, ())]
+        for name in self.subdirs.get(prefix, ()):
+            found.extend(self.keys_under(f"{prefix}/{name}"))
+        return found
+
+    def greatest_name_under(self, prefix: str) -> str | None:
+        """``max(names_under(prefix))`` for a prefix that holds records, kept up to date."""
+        greatest = self.greatest.get(prefix)
+        if greatest is None:
+            names = self.leaves.get(prefix)
+            if not names:
+                return None
+            greatest = self.greatest[prefix] = max(names)
+        return greatest
+
+
+class HintedDirectory(KeyDirectory):
+    """A key directory taken from a hint a block at a time, as it is used.
+
+    Opening a thread reads the hint's index; the blocks a call needs are read
+    and verified when it needs them: the block of a key looked up, written or
+    deleted (so a block read later never holds a key changed since), the blocks
+    of a prefix listed, the last blocks of a prefix whose greatest name is asked
+    for. Whatever needs every key (iterating, counting) reads every block. A
+    block that does not verify, or a hint file replaced since its index was
+    read, makes the directory read the log itself instead.
+
+    Args:
+        hint_path: The hint file.
+        hint_identity: Its (inode, size) when its index was read.
+        index: Its index.
+        rescan: Reads the whole log into a new, complete directory.
+    """
+
+    def __init__(
+        self,
+        hint_path: str,
+        hint_identity: tuple[int, int],
+        index: HintIndex,
+        rescan: Callable[[], KeyDirectory],
+    ) -> None:
+        super().__init__()
+        self._hint_path = hint_path
+        self._hint_identity = hint_identity
+        self._index: HintIndex | None = index
+        self._unread = set(range(len(index.blocks)))
+        self._rescan = rescan
+        if not self._unread:
+            self._index = None
+
+    # -- reading blocks -------------------------------------------------------------------
+
+    def _read_blocks(self, numbers: Iterable[int]) -> None:
+        for number in numbers:
+            if self._index is None:
+                return
+            if number not in self._unread:
+                continue
+            items = hint_block(self._read_hint, self._index, number)
+            if items is None:
+                self._adopt(self._rescan())
+                return
+            self._unread.discard(number)
+            for parent, group in itertools.groupby(items, lambda item: item[0].rpartition("/")[0]):
+                keys_and_positions = builtins.list(group)
+                names = [key.rpartition("/")[2] for key, _ in keys_and_positions]
+                self.add_names(parent, names, [where for _, where in keys_and_positions])
+        if self._index is not None and not self._unread:
+            self._index = None  # every block read: a plain directory from now on
+
+    def _read_hint(self, size: int, offset: int) -> bytes:
+        """Bytes of the hint file the index was read from; none if it is another file now."""
+        try:
+            fd = os.open(self._hint_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return b""
+        try:
+            st = os.fstat(fd)
+            if (st.st_ino, st.st_size) != self._hint_identity:
+                return b""  # replaced: a hint does not verify against another's index
+            return os.pread(fd, size, offset)
+        finally:
+            os.close(fd)
+
+    def _block_of(self, key: str) -> int:
+        assert self._index is not None
+        return max(bisect.bisect_right(self._index.first_keys, key) - 1, 0)
+
+    def _blocks_between(self, low: str, high: str) -> range:
+        """The blocks that may hold keys ``low <= key < high``."""
+        assert self._index is not None
+        return range(self._block_of(low), bisect.bisect_left(self._index.first_keys, high))
+
+    def _for_key(self, key: str) -> None:
+        if self._index is not None:
+            self._read_blocks((self._block_of(key),))
+
+    def _for_prefix(self, prefix: str) -> None:
+        if self._index is not None:
+            self._read_blocks(self._blocks_between(f"{prefix}/", f"{prefix}0"))  # "0" follows "/"
+
+    def _for_all(self) -> None:
+        if self._index is not None:
+            self._read_blocks(sorted(self._unread))
+
+    def _adopt(self, complete: KeyDirectory) -> None:
+        """Become ``complete`` (the log read in full), dropping the hint."""
+        self._index = None
+        self._unread = set()
+        dict.clear(self)
+        dict.update(self, complete)
+        self.leaves, self.subdirs, self.greatest = (
+            complete.leaves,
+            complete.subdirs,
+            complete.greatest,
+        )
+
+    # -- the directory ---------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._for_key(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self._for_key(key)
+        return super().__contains__(key)
+
+    def __getitem__(self, key: str) -> Any:
+        self._for_key(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._for_key(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._for_key(key)
+        super().__delitem__(key)
+
+    def __len__(self) -> int:
+        self._for_all()
+        return super().__len__()
+
+    def __iter__(self) -> Iterator[str]:
+        self._for_all()
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        self._for_all()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._for_all()
+        return super().values()
+
+    def items(self) -> Any:
+        self._for_all()
+        return super().items()
+
+    def names_under(self, prefix: str) -> builtins.list[str]:
+        self._for_prefix(prefix)
+        return super().names_under(prefix)
+
+    def keys_under(self, prefix: str) -> builtins.list[str]:
+        self._for_prefix(prefix)
+        return super().keys_under(prefix)
+
+    def greatest_name_under(self, prefix: str) -> str | None:
+        # the last blocks first: once the greatest name known is at or past the start of
+        # the blocks read, no block before them can hold a greater one
+        while self._index is not None:
+            pending = [
+                n for n in self._blocks_between(f"{prefix}/", f"{prefix}0") if n in self._unread
+            ]
+            if not pending:
+                break
+            last = pending[-1]
+            self._read_blocks((last,))
+            if self._index is None:
+                break
+            greatest = super().greatest_name_under(prefix)
+            if greatest is not None and f"{prefix}/{greatest}" >= self._index.first_keys[last]:
+                break
+        return super().greatest_name_under(prefix)

@@ -1,0 +1,204 @@
+"""``MemoryStorage``: records in a dict, for tests and ``VerifiedSaver.in_memory()``."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+if sys.platform != "win32":
+    pass
+
+from langgraph_checkpoint_verified.storage.base import OneRecordPerWrite
+
+
+class _IndexedRecords(dict[str, Any]):
+    """The memory store's records: a dict that also knows what lies under each prefix.
+
+    ``children[prefix]`` counts, for each name directly under ``prefix``, the
+    keys that pass through it, so listing a prefix costs the size of the
+    answer, not of the store. Every way of changing a dict keeps it up to date,
+    so code (and tests) may still treat ``records`` as a plain dict.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self.children: dict[str, dict[str, int]] = {}
+        # the greatest name under a prefix, once asked for: the newest checkpoint id
+        self.newest: dict[str, str] = {}
+        self.update(*args, **kwargs)
+
+    def _count(self, key: str, step: int) -> None:
+        end = key.find("/")
+        while end != -1:
+            after = key.find("/", end + 1)
+            parent, name = key[:end], key[end + 1 : after if after != -1 else len(key)]
+            names = self.children.setdefault(parent, {})
+            left = names.get(name, 0) + step
+            if left:
+                names[name] = left
+                newest = self.newest.get(parent)
+                if newest is not None and name > newest:
+                    self.newest[parent] = name
+            else:
+                del names[name]
+                if self.newest.get(parent) == name:
+                    del self.newest[parent]  # found again when asked
+                if not names:
+                    del self.children[parent]
+            end = after
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self:
+            self._count(key, 1)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._count(key, -1)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            value = super().pop(key)
+            self._count(key, -1)
+            return value
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, Any]:
+        key, value = super().popitem()
+        self._count(key, -1)
+        return key, value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def __ior__(self, other: Any) -> _IndexedRecords:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    def clear(self) -> None:
+        super().clear()
+        self.children.clear()
+        self.newest.clear()
+
+    def names_under(self, prefix: str) -> list[str]:
+        return list(self.children.get(prefix, ()))
+
+    def greatest_name_under(self, prefix: str) -> str | None:
+        """``max(names_under(prefix))``, kept up to date after the first time."""
+        newest = self.newest.get(prefix)
+        if newest is None:
+            names = self.children.get(prefix)
+            if not names:
+                return None
+            newest = self.newest[prefix] = max(names)
+        return newest
+
+    def keys_under(self, prefix: str) -> list[str]:
+        """Every key strictly under ``prefix``, unsorted."""
+        found = []
+        pending = [prefix]
+        while pending:
+            parent = pending.pop()
+            for name in self.children.get(parent, ()):
+                key = f"{parent}/{name}"
+                if key in self:
+                    found.append(key)
+                if key in self.children:
+                    pending.append(key)
+        return found
+
+
+class MemoryStorage(OneRecordPerWrite):
+    """The same records, held in a dict: a drop-in for ``InMemorySaver``'s storage.
+
+    Records are the exact bytes the file store would write, so they are
+    verified on every read just the same. ``records`` may be read and changed
+    like any dict; it also indexes keys by prefix, so that listing a thread
+    does not scan every other thread's records.
+    """
+
+    def __init__(self) -> None:
+        self._records = _IndexedRecords()
+        self._lock = threading.RLock()
+        self._writes = 0
+        self._stamps: dict[str, int] = {}
+
+    @property
+    def records(self) -> dict[str, bytes]:
+        return self._records
+
+    @records.setter
+    def records(self, records: dict[str, bytes]) -> None:
+        with self._lock:
+            self._records = _IndexedRecords(records)
+
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
+        if not isinstance(data, (bytes, bytearray)):
+            raise TypeError("records are bytes")
+        with self._lock:
+            if not replace and key in self._records:
+                return False
+            self._records[key] = bytes(data)
+            self._writes += 1
+            self._stamps[key] = self._writes
+            return True
+
+    def read(self, key: str) -> bytes | None:
+        return self._records.get(key)
+
+    def list(self, prefix: str) -> list[str]:
+        with self._lock:
+            return self._records.names_under(prefix)
+
+    def walk(self, prefix: str) -> Iterator[str]:
+        with self._lock:
+            keys = sorted(self._records.keys_under(prefix))
+        yield from keys
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._records.pop(key, None)
+
+    def delete_tree(self, prefix: str) -> None:
+        with self._lock:
+            for key in self._records.keys_under(prefix):
+                del self._records[key]
+            self._records.pop(prefix, None)
+
+    def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
+        with self._lock:
+            if key not in self._records or (not replace and new_key in self._records):
+                return False
+            self._records[new_key] = self._records.pop(key)
+            return True
+
+    def location(self, key: str) -> str:
+        return f"memory:{key}"
+
+    def stamp(self, key: str) -> Hashable | None:
+        with self._lock:
+            if key not in self._records:
+                return None
+            # records changed by hand (as tests do) have no stamp: never trust a cache then
+            return (self._stamps.get(key), id(self._records[key]))
+
+    @contextmanager
+    def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def greatest_name(self, prefix: str) -> str | None:
+        with self._lock:
+            return self._records.greatest_name_under(prefix)
+
+    def __repr__(self) -> str:
+        return f"MemoryStorage({len(self._records)} records)"

@@ -1,0 +1,485 @@
+"""Records as objects in an S3-compatible bucket: a store several machines share.
+
+One object per record, under the same keys as on disk (``threads/<T>/ns/<NS>/
+checkpoints/<id>.ckpt``, ``.../writes/<id>/<task>.<slot>.wr``, ``quarantine/...``),
+below the store's prefix in the bucket. The bytes are the same verified records
+as in a thread's log: the saver checks every one it reads, whoever wrote it.
+
+Writes are conditional, so machines never overwrite each other blindly:
+
+* A record is created with ``If-None-Match: *``: the first writer wins. A
+  record that must not be replaced (a task's first writes) reports that it
+  exists; one that may be (a checkpoint put again, a record maintenance rewrites)
+  is compared first: the same bytes are a no-op, other bytes replace exactly
+  the version that was read (``If-Match: <etag>``), retried if a third writer
+  came in between.
+* Finding the newest checkpoint of a namespace does not list the namespace: a
+  small head object (``heads/<T>/<NS>.head``, outside every thread) names a
+  recent checkpoint, and one ``LIST`` starting at that name returns it and every
+  newer one. The head is moved forward by compare and swap (``If-Match``),
+  never backwards, when a namespace's first checkpoint is written and then
+  every ``HEAD_EVERY`` checkpoints this process writes, so a ``put`` costs one
+  ``PUT`` (and one ``HEAD`` of its parent, see ``stamp``) most of the time.
+
+An acknowledged write is durable when S3 acknowledges it. Requests are retried
+by obstore (a 5xx, a dropped connection, with backoff); when the store cannot be
+reached after that, reads and writes raise ``StoreUnavailableError``: an
+unreachable store is never taken for a damaged or missing record, so a thread
+never falls back to an older checkpoint because the network failed.
+
+Called from the saver's async twins, every request goes through obstore's async
+API, awaited on the event loop (``storage.async_bridge``): many calls are in flight at
+once without a thread each. Locks are this process's (and give the event loop
+back while they wait): machines sharing a bucket are kept apart by the
+conditional writes above, not by locks (see ``docs/s3.md`` for what that means
+for maintenance).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from langgraph_checkpoint_verified.errors import StoreUnavailableError, StoreWriteError
+from langgraph_checkpoint_verified.storage import async_bridge
+from langgraph_checkpoint_verified.storage.async_bridge import (
+    SharedExclusiveLock,
+    await_io,
+    in_core_greenlet,
+)
+from langgraph_checkpoint_verified.storage.base import OneRecordPerWrite
+
+try:
+    import obstore
+    from obstore.exceptions import (
+        AlreadyExistsError,
+        NotFoundError,
+        PermissionDeniedError,
+        PreconditionError,
+        UnauthenticatedError,
+    )
+
+    _REFUSED: tuple[type[BaseException], ...] = (
+        PermissionDeniedError,
+        UnauthenticatedError,
+        PermissionError,
+    )
+except ImportError:  # pragma: no cover - the [s3] extra is not installed
+    obstore = None  # type: ignore[assignment]
+    _REFUSED = (PermissionError,)
+
+LIST_CHAIN_LIMIT = 16
+"""A list stored as what it gained is stored whole again after this many versions: a
+machine reading it for the first time makes one request per version of the chain."""
+T = TypeVar("T")
+
+HEAD_EVERY = 64
+"""A process moves a namespace's head forward once per this many checkpoints it writes."""
+HEADS_PREFIX = "heads"
+_CHECKPOINTS = "/checkpoints"
+_CAS_ATTEMPTS = 32
+_WRITTEN_STAMPS = 4096
+
+
+def _refused(location: str, error: BaseException) -> StoreWriteError:
+    """A request the store refused (403, bad credentials): as a file system's EACCES, so a
+    store this process may only read is one, as on disk."""
+    return StoreWriteError(
+        location,
+        PermissionError(
+            errno.EACCES,
+            f"permission denied by the store ({_first_line(error)}): check the "
+            "credentials and the bucket's policy",
+        ),
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    """obstore's message without the debug dump that follows its first line."""
+    return str(error).strip().split("\n", 1)[0]
+
+
+def _require_obstore() -> None:
+    if obstore is None:
+        raise ImportError("S3 stores need obstore: pip install 'langgraph-checkpoint-verified[s3]'")
+
+
+class ObjectStorage(OneRecordPerWrite):
+    """Records as objects of an S3-compatible bucket (``Storage``); needs the ``[s3]`` extra.
+
+    Args:
+        url: ``s3://bucket`` or ``s3://bucket/prefix``.
+        endpoint: The S3 endpoint (MinIO, Ceph, R2, a local server); AWS if not
+            given. Credentials, region and endpoint are also read from the usual
+            ``AWS_*`` environment variables.
+        region: The bucket's region.
+        store: An obstore ``S3Store`` made by the caller, instead of ``url``.
+        **options: More ``S3Store`` options (``client_options``,
+            ``retry_config``, ``access_key_id``, ...).
+
+    ``VerifiedSaver("s3://agents/checkpoints")`` makes one from the environment;
+    ``VerifiedSaver(storage=ObjectStorage("s3://agents/checkpoints",
+    endpoint="http://minio:9000"))`` names the endpoint (see ``docs/s3.md``).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        store: Any = None,
+        **options: Any,
+    ) -> None:
+        _require_obstore()
+        if (url is None) == (store is None):
+            raise TypeError("pass exactly one of url='s3://bucket/prefix' or store=S3Store(...)")
+        if store is None:
+            from obstore.store import S3Store
+
+            assert url is not None
+            if not url.startswith("s3://") or len(url) <= len("s3://"):
+                raise ValueError(f"an S3 store is named s3://bucket[/prefix], got {url!r}")
+            if endpoint is not None:
+                options["endpoint"] = endpoint
+                if endpoint.startswith("http://"):
+                    client = dict(options.pop("client_options", None) or {})
+                    client.setdefault("allow_http", True)
+                    options["client_options"] = client
+                options.setdefault("virtual_hosted_style_request", False)
+            if region is not None:
+                options["region"] = region
+            store = S3Store.from_url(url, **options)
+            self.url = url.rstrip("/")
+        else:
+            self.url = f"s3://{getattr(store, 'config', {}).get('bucket', '?')}"
+            if getattr(store, "prefix", None):
+                self.url += f"/{store.prefix}"
+        self.store = store
+        self.list_chain_limit = LIST_CHAIN_LIMIT
+        self.awaits_io = async_bridge.AVAILABLE
+        """The saver's async twins run its core on the event loop, requests awaited
+        through obstore's async API (see ``storage.async_bridge``)."""
+        self._locks: dict[str, SharedExclusiveLock] = {}
+        self._heads: dict[str, tuple[str | None, str]] = {}
+        """checkpoints prefix -> (etag of its head object as last seen, the name it holds)."""
+        self._newest: dict[str, str] = {}
+        """checkpoints prefix -> the newest checkpoint name this process knows of."""
+        self._since_head: dict[str, int] = {}
+        self._written: OrderedDict[str, Hashable] = OrderedDict()
+        """key -> the stamp of what this process last wrote there (see ``written_stamp``)."""
+        self._state_lock = threading.Lock()
+
+    # -- requests ------------------------------------------------------------
+
+    def _unavailable(self, operation: str, key: str, exc: Exception) -> StoreUnavailableError:
+        return StoreUnavailableError(operation, self.location(key), _first_line(exc))
+
+    def _io(self, call: Callable[[], T], async_call: Callable[[], Awaitable[T]]) -> T:
+        """One request: awaited on the event loop inside an async twin, else blocking."""
+        if in_core_greenlet():
+            return await_io(async_call())
+        return call()
+
+    def _get(self, key: str) -> tuple[bytes, str | None] | None:
+        def call() -> tuple[bytes, str | None]:
+            result = obstore.get(self.store, key)
+            return bytes(result.bytes()), result.meta.get("e_tag")
+
+        async def async_call() -> tuple[bytes, str | None]:
+            result = await obstore.get_async(self.store, key)
+            return bytes(await result.bytes_async()), result.meta.get("e_tag")
+
+        try:
+            return self._io(call, async_call)
+        except (FileNotFoundError, NotFoundError):
+            return None
+        except Exception as exc:
+            raise self._unavailable("read", key, exc) from exc
+
+    def _put(self, key: str, data: bytes, mode: Any) -> str | None:
+        """PUT ``data``; its new etag. ``AlreadyExistsError``/``PreconditionError`` pass."""
+        try:
+            result = self._io(
+                lambda: obstore.put(self.store, key, data, mode=mode),
+                lambda: obstore.put_async(self.store, key, data, mode=mode),
+            )
+        except (AlreadyExistsError, PreconditionError, FileExistsError):
+            raise
+        except _REFUSED as exc:
+            raise _refused(self.location(key), exc) from exc
+        except Exception as exc:
+            raise self._unavailable("write", key, exc) from exc
+        etag: str | None = result.get("e_tag")
+        return etag
+
+    def _list_keys(self, prefix: str | None, offset: str | None = None) -> builtins.list[str]:
+        """Every key under ``prefix`` (after ``offset``), in key order: one LIST a page."""
+
+        def call() -> builtins.list[str]:
+            stream = obstore.list(self.store, prefix, offset=offset)
+            return [meta["path"] for chunk in stream for meta in chunk]
+
+        async def async_call() -> builtins.list[str]:
+            stream = obstore.list(self.store, prefix, offset=offset)
+            return [meta["path"] async for chunk in stream for meta in chunk]
+
+        try:
+            return self._io(call, async_call)
+        except Exception as exc:
+            raise self._unavailable("list", prefix or "", exc) from exc
+
+    # -- Storage -------------------------------------------------------------
+
+    def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
+        """Create ``key`` (``If-None-Match``); see the module docstring for an existing one."""
+        data = bytes(data)
+        for _ in range(_CAS_ATTEMPTS):
+            try:
+                etag = self._put(key, data, "create")
+                break
+            except (AlreadyExistsError, PreconditionError, FileExistsError):
+                if not replace:
+                    return False
+            found = self._get(key)
+            if found is None:
+                continue  # deleted in between: create it again
+            stored, etag = found
+            if stored == data:
+                break  # the same record, written twice: nothing to do
+            try:
+                etag = self._put(key, data, {"e_tag": etag})
+                break
+            except (AlreadyExistsError, PreconditionError):
+                continue  # replaced in between: compare again
+        else:
+            raise self._unavailable("write", key, TimeoutError("too many concurrent writers"))
+        with self._state_lock:
+            self._written[key] = (etag, len(data)) if etag else None
+            self._written.move_to_end(key)
+            while len(self._written) > _WRITTEN_STAMPS:
+                self._written.popitem(last=False)
+        self._note_written(key)
+        return True
+
+    def write_many(
+        self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
+    ) -> builtins.list[bool]:
+        """``write`` each; then each namespace's head names the newest checkpoint written
+        (a copied thread's head would otherwise name its oldest one)."""
+        written = [self.write(key, data, replace=replace, durable=durable) for key, data in items]
+        newest: dict[str, str] = {}
+        for key, _ in items:
+            prefix, _, name = key.rpartition("/")
+            if prefix.startswith("threads/") and prefix.endswith(_CHECKPOINTS):
+                newest[prefix] = max(name, newest.get(prefix, name))
+        for prefix, name in newest.items():
+            self._advance_head(prefix, name)
+        return written
+
+    def read(self, key: str) -> bytes | None:
+        found = self._get(key)
+        return None if found is None else found[0]
+
+    def list(self, prefix: str) -> builtins.list[str]:
+        start = f"{prefix}/" if prefix else ""
+        try:
+            result = self._io(
+                lambda: obstore.list_with_delimiter(self.store, start or None),
+                lambda: obstore.list_with_delimiter_async(self.store, start or None),
+            )
+        except Exception as exc:
+            raise self._unavailable("list", prefix, exc) from exc
+        names = [p[len(start) :].rstrip("/") for p in result["common_prefixes"]]
+        names += [o["path"][len(start) :] for o in result["objects"]]
+        if not prefix:
+            names = [n for n in names if n != HEADS_PREFIX]
+        return names
+
+    def walk(self, prefix: str) -> Iterator[str]:
+        heads = f"{HEADS_PREFIX}/"
+        keys = self._list_keys(f"{prefix}/" if prefix else None)
+        yield from sorted(k for k in keys if not k.startswith(heads))
+
+    def delete(self, key: str) -> None:
+        with self._state_lock:
+            self._written.pop(key, None)
+        self._delete([key], key)
+
+    def _delete(self, keys: builtins.list[str], what: str) -> None:
+        try:
+            self._io(
+                lambda: obstore.delete(self.store, keys),
+                lambda: obstore.delete_async(self.store, keys),
+            )
+        except (FileNotFoundError, NotFoundError):
+            pass
+        except _REFUSED as exc:
+            raise _refused(self.location(what), exc) from exc
+        except Exception as exc:
+            raise self._unavailable("delete", what, exc) from exc
+
+    def delete_tree(self, prefix: str) -> None:
+        keys = builtins.list(self.walk(prefix)) + self._heads_under(prefix)
+        if keys:
+            self._delete(keys, prefix)
+        with self._state_lock:
+            for known in (self._heads, self._newest, self._since_head):
+                for checkpoints in [p for p in known if p.startswith(f"{prefix}/")]:
+                    del known[checkpoints]
+
+    def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
+        """Copy ``key`` to ``new_key``, then delete it (S3 has no rename).
+
+        Raises ``PermissionError`` (as a file system would) when the store refuses;
+        a copy whose original cannot be deleted is deleted again.
+        """
+        found = self._get(key)
+        if found is None:
+            return False
+        try:
+            if not self.write(new_key, found[0], replace=replace):
+                return False
+            try:
+                self.delete(key)
+            except StoreWriteError:
+                with contextlib.suppress(StoreWriteError):
+                    self.delete(new_key)
+                raise
+        except StoreWriteError as exc:
+            raise PermissionError(exc.errno, str(exc)) from exc
+        return True
+
+    def location(self, key: str) -> str:
+        return f"{self.url}/{key}"
+
+    def stamp(self, key: str) -> Hashable | None:
+        """The object's etag: one ``HEAD`` request (another machine may have rewritten it)."""
+        try:
+            meta = self._io(
+                lambda: obstore.head(self.store, key),
+                lambda: obstore.head_async(self.store, key),
+            )
+        except (FileNotFoundError, NotFoundError):
+            return None
+        except Exception as exc:
+            raise self._unavailable("read", key, exc) from exc
+        return (meta.get("e_tag"), meta.get("size"))
+
+    def written_stamp(self, key: str) -> Hashable | None:
+        """The etag the store gave the bytes this process just wrote: no request."""
+        with self._state_lock:
+            if key in self._written:
+                return self._written[key]
+        return self.stamp(key)
+
+    @contextmanager
+    def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
+        with self._state_lock:
+            lock = self._locks.setdefault(prefix, SharedExclusiveLock())
+        with lock.hold(exclusive=exclusive):
+            yield
+
+    # -- the newest checkpoint -------------------------------------------------
+
+    def greatest_name(self, prefix: str) -> str | None:
+        """The greatest name under ``prefix``; for checkpoints, from the head object and
+        one ``LIST`` that starts at the name it holds."""
+        if not prefix.endswith(_CHECKPOINTS):
+            return max(self.list(prefix), default=None)
+        with self._state_lock:
+            known = self._newest.get(prefix)
+        if known is None:
+            known = self._read_head(prefix)
+        names = self._names_from(prefix, known) if known is not None else None
+        if not names:
+            names = self.list(prefix)  # no head yet, or what it names was deleted
+        newest = max(names, default=None)
+        with self._state_lock:
+            if newest is None:
+                self._newest.pop(prefix, None)
+            else:
+                self._newest[prefix] = newest
+        return newest
+
+    def _names_from(self, prefix: str, name: str) -> builtins.list[str]:
+        """Names under ``prefix`` from ``name`` on (``name`` itself included if it exists)."""
+        start = f"{prefix}/"
+        # LIST returns keys after its offset: a key just short of `name` includes it
+        keys = self._list_keys(start, offset=f"{start}{name[:-1]}")
+        names = [k[len(start) :] for k in keys]
+        return [n for n in names if "/" not in n and n >= name]
+
+    def _heads_under(self, prefix: str) -> builtins.list[str]:
+        """The head objects of the namespaces a ``delete_tree(prefix)`` removes entirely."""
+        parts = prefix.split("/")
+        if prefix in ("", "threads"):
+            return self._list_keys(f"{HEADS_PREFIX}/")
+        if parts[0] != "threads" or len(parts) < 2:
+            return []
+        if len(parts) == 2 or parts[2:] == ["ns"]:  # a thread, or all its namespaces
+            return self._list_keys(f"{HEADS_PREFIX}/{parts[1]}/")
+        if len(parts) == 4 or parts[4:] == ["checkpoints"]:  # one namespace, or its checkpoints
+            return [self._head_key("/".join([*parts[:4], "checkpoints"]))]
+        return []  # writes or tool records: no head goes with them
+
+    @staticmethod
+    def _head_key(checkpoints_prefix: str) -> str:
+        # threads/<T>/ns/<NS>/checkpoints -> heads/<T>/<NS>.head
+        parts = checkpoints_prefix.split("/")
+        return f"{HEADS_PREFIX}/{parts[1]}/{parts[3]}.head"
+
+    def _read_head(self, prefix: str) -> str | None:
+        found = self._get(self._head_key(prefix))
+        if found is None:
+            return None
+        data, etag = found
+        name = data.decode("utf-8", "replace").strip()
+        with self._state_lock:
+            self._heads[prefix] = (etag, name)
+        return name or None
+
+    def _note_written(self, key: str) -> None:
+        """After a checkpoint record is written: move its namespace's head forward, at
+        the namespace's first checkpoint and then every ``HEAD_EVERY``."""
+        prefix, _, name = key.rpartition("/")
+        if not prefix.endswith(_CHECKPOINTS) or not prefix.startswith("threads/"):
+            return
+        with self._state_lock:
+            if name > self._newest.get(prefix, ""):
+                self._newest[prefix] = name
+            count = self._since_head.get(prefix, 0) + 1
+            first = prefix not in self._heads
+            self._since_head[prefix] = count
+            if not first and count < HEAD_EVERY:
+                return
+            self._since_head[prefix] = 0
+        self._advance_head(prefix, name)
+
+    def _advance_head(self, prefix: str, name: str) -> None:
+        head_key = self._head_key(prefix)
+        with self._state_lock:
+            etag, held = self._heads.get(prefix, (None, ""))
+        for _ in range(_CAS_ATTEMPTS):
+            if held >= name:
+                return  # never backwards
+            try:
+                new_etag = self._put(head_key, name.encode(), {"e_tag": etag} if etag else "create")
+            except (AlreadyExistsError, PreconditionError, FileExistsError):
+                found = self._get(head_key)  # moved by another writer: look again
+                etag, held = (None, "") if found is None else (found[1], found[0].decode())
+                continue
+            with self._state_lock:
+                self._heads[prefix] = (new_etag, name)
+            return
+        # many writers moving it at once: the head only saves a longer LIST, never matters
+        # for what is read, so leave it to the next checkpoint
+
+    def __repr__(self) -> str:
+        return f"ObjectStorage({self.url!r})"

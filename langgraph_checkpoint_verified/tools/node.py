@@ -1,0 +1,671 @@
+"""``VerifiedToolNode``: tool calls whose side effects happen once.
+
+LangGraph saves a task's writes only when the whole task finishes, and
+``ToolNode`` runs every tool call of one AI message inside one task. If one
+call fails or the process dies, a resume runs the finished calls again.
+``VerifiedToolNode`` records each finished call in the thread's
+``VerifiedSaver`` the moment it finishes, and a rerun of the same call returns
+the recorded result instead of invoking the tool.
+
+A record stands in for a call only when it is the same call:
+
+* the same **run of the tools task**: records are kept per *lineage
+  checkpoint*, the checkpoint the task runs from, except that a checkpoint
+  ``update_state`` wrote on the newest checkpoint of its namespace continues
+  the run it was written on (see ``lineage_checkpoint``). A resume or retry runs the task
+  from the same checkpoint and finds the records; a fork, a rewind or a
+  time-travel replay runs it from a new checkpoint, so every call runs again,
+  as in ``ToolNode``;
+* the same ``tool_call_id`` in the node's namespace (with LangGraph's per-task
+  ids removed);
+* the same **fingerprint**: tool name, arguments, and the state the tool is
+  given (``InjectedState`` fields, or the whole state for ``InjectedState()``
+  and ``ToolRuntime``). The store, the runtime context, the config and what
+  checkpoints never save (managed values, untracked channels) are not
+  compared.
+
+The policy for one call is written once, in ``_recorded_call``, as a generator
+that yields what it needs done (read, write or delete a record, run the tool);
+a sync and an async driver carry those steps out.
+
+Rules, in the order they apply:
+
+* A recorded result with the same fingerprint is returned; the tool is not
+  invoked. With another fingerprint the tool runs again (and the reason is
+  logged as a warning).
+* Errors are not recorded: a call that raised, or ended in an error
+  ``ToolMessage`` (``handle_tool_errors``), runs again on a rerun.
+* An at-most-once tool gets a durable intent record before it starts. Intent
+  without result on a rerun of the same call means the process stopped while
+  the tool ran: the outcome is unknown, so the tool is not invoked (see
+  ``on_unknown_outcome``). An error or an ``interrupt()`` raised by the tool is
+  a known outcome, so its intent is withdrawn and the call runs again, as any
+  other call would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import threading
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.messages import ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph._internal._constants import CONFIG_KEY_READ
+from langgraph.channels.untracked_value import UntrackedValue
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolRuntime
+from langgraph.types import interrupt
+
+from langgraph_checkpoint_verified.errors import ToolOutcomeUnknownError
+from langgraph_checkpoint_verified.saver import VerifiedSaver
+from langgraph_checkpoint_verified.steps import arun_steps, run_steps
+from langgraph_checkpoint_verified.tools.calls import (
+    NAMESPACE_SEPARATOR,
+    fingerprint,
+    idempotency_key,
+    idempotency_key_set,
+    lineage_checkpoint,
+    record_namespace,
+)
+
+logger = logging.getLogger("langgraph_checkpoint_verified")
+
+UnknownOutcomePolicy = Literal["error", "raise", "interrupt"]
+_POLICIES = ("error", "raise", "interrupt")
+
+
+@dataclass(frozen=True)
+class _Task:
+    """Where a tools task runs, read from its config."""
+
+    saver: VerifiedSaver
+    checkpointer: BaseCheckpointSaver | None  # the graph's, which holds its checkpoints
+    thread_id: str
+    checkpoint_ns: str  # the task's, as LangGraph names it
+    graph_ns: str  # the namespace of the graph running the task
+    checkpoint_id: str  # the checkpoint the task runs from
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Everything that identifies one tool call across resumes."""
+
+    saver: VerifiedSaver
+    thread_id: str
+    checkpoint_ns: str  # the record namespace: stable namespace and lineage checkpoint
+    checkpoint_id: str  # the lineage checkpoint
+    tool_call_id: str
+    name: str
+    fingerprint: str
+    idempotency_key: str
+    at_most_once: bool
+
+
+# Steps the policy asks its driver to carry out.
+@dataclass(frozen=True)
+class _Read:
+    kind: str
+
+
+@dataclass(frozen=True)
+class _Write:
+    kind: str
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class _Delete:
+    kind: str
+
+
+class _RunTool:
+    pass
+
+
+_Step = _Read | _Write | _Delete | _RunTool
+_DAMAGED = object()  # what a read returns for a record that exists but does not verify
+_RUN_TOOL = _RunTool()
+
+
+class VerifiedToolNode(ToolNode):
+    """A ``ToolNode`` that records each finished tool call, so a resume never repeats it.
+
+    A drop-in for ``langgraph.prebuilt.ToolNode``: the same arguments and
+    behaviour (parallel calls, ``handle_tool_errors``, tools returning
+    ``Command``, injected state and runtime, ``wrap_tool_call``), sync and
+    async. Records go to the graph's own checkpointer, which must be a
+    ``VerifiedSaver`` (or pass ``saver=``).
+
+    A record answers only the same call: the same run of the tools task (a
+    resume or retry of it, not a fork, rewind or time-travel replay; see
+    ``lineage_checkpoint``), the same ``tool_call_id``, and the same
+    fingerprint of tool name, arguments and injected state. Calls that raise
+    or end in an error ``ToolMessage`` are not recorded and run again on a
+    resume.
+
+    Every call has an idempotency key, the same across resumes and processes,
+    which the tool reads with ``current_idempotency_key()``.
+
+    In async graphs a call that has started is shielded from the cancellation
+    LangGraph sends when a sibling task fails: it finishes and is recorded. A
+    rerun of a call still running in this process waits for it and then
+    answers from its record.
+
+    Args:
+        tools: The tools, as for ``ToolNode``.
+        at_most_once: Names of tools that must never run twice for one call.
+            An intent record is written durably before such a tool starts; if
+            a rerun finds the intent but no result, the tool is not invoked.
+        on_unknown_outcome: What a rerun does for an at-most-once call whose
+            outcome is unknown. ``"error"`` (the default) returns an error
+            ``ToolMessage`` explaining it, so the model (or a person) decides.
+            ``"raise"`` raises ``ToolOutcomeUnknownError``. ``"interrupt"``
+            calls ``interrupt()`` with a description of the call; the value it
+            is resumed with (a string or a ``ToolMessage``) becomes the
+            call's recorded result.
+        saver: Where to keep the records. Defaults to the checkpointer the
+            graph was compiled with.
+        **kwargs: Every other ``ToolNode`` argument (``name``, ``tags``,
+            ``handle_tool_errors``, ``messages_key``, ``wrap_tool_call``,
+            ``awrap_tool_call``).
+
+    Raises:
+        ValueError: ``at_most_once`` names a tool that is not in ``tools``, or
+            ``on_unknown_outcome`` is not one of the three policies.
+        TypeError: (When the node runs) the graph's checkpointer is not a
+            ``VerifiedSaver`` and no ``saver=`` was given.
+        ValueError: (When the node runs) the config has no ``thread_id``, or
+            names no checkpoint for the task (the node was given a config of
+            its caller's making), or a call of an at-most-once tool has no id.
+
+    Example:
+        >>> from langchain_core.messages import AIMessage
+        >>> from langchain_core.tools import tool
+        >>> from langgraph.graph import START, MessagesState, StateGraph
+        >>> sent, lookups = [], []
+        >>> @tool
+        ... def send_email(to: str) -> str:
+        ...     \"\"\"Send an email.\"\"\"
+        ...     sent.append(to)
+        ...     return f"sent to {to}"
+        >>> @tool
+        ... def lookup(order: str) -> str:
+        ...     \"\"\"Look an order up; the service is down the first time.\"\"\"
+        ...     lookups.append(order)
+        ...     if len(lookups) == 1:
+        ...         raise ConnectionError("order service unavailable")
+        ...     return f"{order}: shipped"
+        >>> builder = StateGraph(MessagesState)
+        >>> tools = VerifiedToolNode([send_email, lookup], at_most_once=["send_email"])
+        >>> _ = builder.add_node("tools", tools)
+        >>> _ = builder.add_edge(START, "tools")
+        >>> graph = builder.compile(checkpointer=VerifiedSaver.in_memory())
+        >>> calls = [
+        ...     {"name": "send_email", "args": {"to": "ann@example.com"}, "id": "call_1"},
+        ...     {"name": "lookup", "args": {"order": "ORD-7"}, "id": "call_2"},
+        ... ]
+        >>> config = {"configurable": {"thread_id": "t"}}
+        >>> try:
+        ...     graph.invoke({"messages": [AIMessage("", tool_calls=calls)]}, config)
+        ... except ConnectionError as error:
+        ...     print(error)
+        order service unavailable
+        >>> # resume: the finished call is answered from its record, the failed one runs
+        >>> [m.content for m in graph.invoke(None, config)["messages"][1:]]
+        ['sent to ann@example.com', 'ORD-7: shipped']
+        >>> sent, lookups
+        (['ann@example.com'], ['ORD-7', 'ORD-7'])
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Callable],
+        *,
+        at_most_once: Collection[str] = (),
+        on_unknown_outcome: UnknownOutcomePolicy = "error",
+        saver: VerifiedSaver | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(tools, **kwargs)
+        if isinstance(at_most_once, str):
+            at_most_once = [at_most_once]  # one name, not its characters
+        unknown = sorted(set(at_most_once) - set(self.tools_by_name))
+        if unknown:
+            raise ValueError(
+                f"at_most_once names tools this node does not have: {unknown}; its tools are "
+                f"{sorted(self.tools_by_name)}"
+            )
+        if on_unknown_outcome not in _POLICIES:
+            raise ValueError(
+                f"on_unknown_outcome must be one of {_POLICIES}, got {on_unknown_outcome!r}"
+            )
+        if saver is not None and not isinstance(saver, VerifiedSaver):
+            raise TypeError(f"saver must be a VerifiedSaver, got {type(saver).__name__}")
+        self.at_most_once: frozenset[str] = frozenset(at_most_once)
+        self.on_unknown_outcome: UnknownOutcomePolicy = on_unknown_outcome
+        self.saver = saver
+
+    # -- the two drivers -----------------------------------------------------
+
+    def _run_one(
+        self,
+        call: ToolCall,
+        input_type: Literal["list", "dict", "tool_calls"],
+        tool_runtime: ToolRuntime,
+    ) -> Any:
+        task = self._task_of(call, tool_runtime)
+        if task is None:
+            return super()._run_one(call, input_type, tool_runtime)
+        identity = self._identify(task, call, tool_runtime)
+        while (running := _claim(identity)) is not None:
+            running.ended.wait()
+        try:
+            return self._drive(identity, call, input_type, tool_runtime)
+        finally:
+            _release(identity)
+
+    def _drive(
+        self,
+        identity: _Call,
+        call: ToolCall,
+        input_type: Literal["list", "dict", "tool_calls"],
+        tool_runtime: ToolRuntime,
+    ) -> Any:
+        def carry_out(step: _Step) -> Any:
+            if isinstance(step, _RunTool):
+                with idempotency_key_set(identity.idempotency_key):
+                    return super(VerifiedToolNode, self)._run_one(call, input_type, tool_runtime)
+            return _store_step(identity, step)
+
+        return run_steps(self._recorded_call(identity), carry_out)
+
+    async def _arun_one(
+        self,
+        call: ToolCall,
+        input_type: Literal["list", "dict", "tool_calls"],
+        tool_runtime: ToolRuntime,
+    ) -> Any:
+        task = self._task_of(call, tool_runtime)
+        if task is None:
+            return await super()._arun_one(call, input_type, tool_runtime)
+        # When one task of a step fails, LangGraph cancels the others. A call that
+        # has started is shielded: it finishes and its outcome is recorded, so a
+        # retry answers from the record instead of running it again (or, for an
+        # at-most-once tool, finding its outcome unknown).
+        recorded = asyncio.ensure_future(self._adrive(task, call, input_type, tool_runtime))
+        try:
+            return await asyncio.shield(recorded)
+        except Exception as exc:
+            # ToolNode gathers the calls of one message: the first exception would
+            # end the task while its siblings still run. It is held until every call
+            # has finished and been recorded, as the sync node's thread pool does.
+            return _Failed(exc)
+
+    def _combine_tool_outputs(self, outputs: Any, input_type: Any) -> Any:
+        for output in outputs:
+            if isinstance(output, _Failed):
+                raise output.error
+        return super()._combine_tool_outputs(outputs, input_type)
+
+    async def _adrive(
+        self,
+        task: _Task,
+        call: ToolCall,
+        input_type: Literal["list", "dict", "tool_calls"],
+        tool_runtime: ToolRuntime,
+    ) -> Any:
+        # fingerprinting the state and looking up the lineage: one crossing to a thread
+        identity = await task.saver.engine.run_async(self._identify, task, call, tool_runtime)
+        await _aclaim(identity)
+
+        async def carry_out(step: _Step) -> Any:
+            if isinstance(step, _RunTool):
+                with idempotency_key_set(identity.idempotency_key):
+                    return await super(VerifiedToolNode, self)._arun_one(
+                        call, input_type, tool_runtime
+                    )
+            return await identity.saver.engine.run_async(_store_step, identity, step)
+
+        try:
+            return await arun_steps(self._recorded_call(identity), carry_out)
+        finally:
+            _release(identity)
+
+    # -- the policy, written once --------------------------------------------
+
+    def _recorded_call(self, call: _Call) -> Generator[_Step, Any, Any]:
+        recorded = yield _Read("result")
+        if recorded is _DAMAGED:
+            recorded = None  # as if never recorded: an at-most-once tool still has its intent
+        if recorded is not None:
+            recorded_fingerprint, value = recorded
+            if recorded_fingerprint == call.fingerprint:
+                logger.debug("tool call %r answered from its record", call.tool_call_id)
+                return value
+            logger.warning(
+                "tool call %r of thread %r was recorded with another tool name, other "
+                "arguments or other injected state than %s now has; running the tool again",
+                call.tool_call_id,
+                call.thread_id,
+                call.name,
+            )
+        if call.at_most_once:
+            intent = yield _Read("intent")
+            if intent is _DAMAGED:
+                # it may still mean the tool started; it was set aside, so mark the
+                # call as started again, or the next rerun would find no intent at all
+                yield _Write("intent")
+            if intent is _DAMAGED or (intent is not None and intent[0] == call.fingerprint):
+                answer, settled = self._outcome_unknown(call)
+                if settled:
+                    yield _Write("result", answer)
+                return answer
+            if intent is not None:
+                logger.warning(
+                    "at-most-once tool call %r of thread %r started before with another tool "
+                    "name, other arguments or other injected state than %s now has; this is "
+                    "a new call, so the tool runs",
+                    call.tool_call_id,
+                    call.thread_id,
+                    call.name,
+                )
+            yield _Write("intent")
+        try:
+            result = yield _RUN_TOOL
+        except Exception:
+            # The tool itself reported how it ended (an error, or an interrupt
+            # that LangGraph answers by running it again), so the outcome is known.
+            if call.at_most_once:
+                yield _Delete("intent")
+            raise
+        if _is_error(result):
+            if call.at_most_once:
+                yield _Delete("intent")
+            return result
+        yield _Write("result", result)
+        return result
+
+    def _outcome_unknown(self, call: _Call) -> tuple[ToolMessage, bool]:
+        """The answer for an at-most-once call that started but never finished, and
+        whether it settles the call (is recorded as its result)."""
+        problem = ToolOutcomeUnknownError(call.name, call.tool_call_id, call.idempotency_key)
+        logger.warning("%s", problem)
+        if self.on_unknown_outcome == "raise":
+            raise problem
+        if self.on_unknown_outcome == "error":
+            # Not settled: the intent stays, so every rerun gives the same answer.
+            message = ToolMessage(
+                content=f"Error: {problem}",
+                name=call.name,
+                tool_call_id=call.tool_call_id,
+                status="error",
+            )
+            return message, False
+        answer = interrupt(
+            {
+                "reason": "tool_outcome_unknown",
+                "tool": call.name,
+                "tool_call_id": call.tool_call_id,
+                "idempotency_key": call.idempotency_key,
+                "checkpoint_id": call.checkpoint_id,
+                "message": str(problem),
+            }
+        )
+        if isinstance(answer, ToolMessage):
+            return answer.model_copy(update={"tool_call_id": call.tool_call_id}), True
+        content = answer if isinstance(answer, str) else json.dumps(answer, default=repr)
+        return ToolMessage(content=content, name=call.name, tool_call_id=call.tool_call_id), True
+
+    # -- identity ------------------------------------------------------------
+
+    def _task_of(self, call: ToolCall, tool_runtime: ToolRuntime) -> _Task | None:
+        """Where the call's task runs, or ``None`` for a call that cannot be recorded.
+
+        Reads the config only, so it is cheap enough for the event loop.
+        """
+        configurable = (tool_runtime.config or {}).get("configurable") or {}
+        checkpointer = configurable.get(CONFIG_KEY_CHECKPOINTER)
+        saver = self.saver if self.saver is not None else checkpointer
+        if not isinstance(saver, VerifiedSaver):
+            found = "no checkpointer" if saver is None else _with_article(type(saver).__name__)
+            raise TypeError(
+                f"VerifiedToolNode records tool calls in a VerifiedSaver, but the graph has "
+                f"{found}. Compile the graph with checkpointer=VerifiedSaver('checkpoints/') "
+                f"(or VerifiedSaver.in_memory()), or pass VerifiedToolNode(..., saver=...)."
+            )
+        if configurable.get("thread_id") is None:
+            raise ValueError(
+                "VerifiedToolNode needs a thread: invoke the graph with "
+                'config={"configurable": {"thread_id": "..."}}'
+            )
+        name = call["name"]
+        if not call.get("id"):
+            if name in self.at_most_once:
+                raise ValueError(
+                    f"tool call of at-most-once tool {name!r} has no id, so it cannot be "
+                    f"recorded; the chat model must give every tool call an id"
+                )
+            logger.warning("tool call of %r has no id: it is run without a record", name)
+            return None
+        checkpoint_ns = configurable.get("checkpoint_ns") or ""
+        # The task's namespace is "<graph's namespace>|<node>:<task id>" (or
+        # "<node>:<task id>" in the root graph); LangGraph maps each graph's
+        # namespace to the checkpoint its tasks run from.
+        graph_ns = checkpoint_ns.rpartition(NAMESPACE_SEPARATOR)[0]
+        checkpoint_id = (configurable.get("checkpoint_map") or {}).get(graph_ns)
+        if checkpoint_id is None:
+            raise ValueError(
+                f"VerifiedToolNode binds each call's record to the checkpoint its task runs "
+                f"from, but the config of the call of {name!r} names none (no "
+                f"'checkpoint_map' entry for namespace {graph_ns!r}); run the node as a node "
+                f"of a graph, or pass it the config its node was given"
+            )
+        return _Task(
+            saver=saver,
+            checkpointer=checkpointer if isinstance(checkpointer, BaseCheckpointSaver) else None,
+            thread_id=str(configurable["thread_id"]),
+            checkpoint_ns=checkpoint_ns,
+            graph_ns=graph_ns,
+            checkpoint_id=str(checkpoint_id),
+        )
+
+    def _identify(self, task: _Task, call: ToolCall, tool_runtime: ToolRuntime) -> _Call:
+        """The call's identity. Reads a checkpoint and hashes the injected state: the
+        async node runs it on a worker thread."""
+        lineage = lineage_checkpoint(
+            task.checkpointer, task.thread_id, task.graph_ns, task.checkpoint_id
+        )
+        tool_call_id = str(call["id"])
+        name = call["name"]
+        return _Call(
+            saver=task.saver,
+            thread_id=task.thread_id,
+            checkpoint_ns=record_namespace(task.checkpoint_ns, lineage),
+            checkpoint_id=lineage,
+            tool_call_id=tool_call_id,
+            name=name,
+            fingerprint=fingerprint(
+                name, call.get("args"), self._injected_state(call, tool_runtime)
+            ),
+            idempotency_key=idempotency_key(
+                task.thread_id, task.checkpoint_ns, tool_call_id, lineage
+            ),
+            at_most_once=name in self.at_most_once,
+        )
+
+    def _injected_state(self, call: ToolCall, tool_runtime: ToolRuntime) -> dict[str, Any]:
+        """The state the tool receives, by parameter, as ``ToolNode`` will inject it.
+
+        ``InjectedState("field")`` receives that field, ``InjectedState()`` the
+        whole state, and a ``ToolRuntime`` the whole state among other things:
+        of the runtime only its state counts. The store and the runtime context
+        are not state: reading them is like reading any outside system. Nor are
+        managed values (``remaining_steps``, ``is_last_step``), which count the
+        steps of the current run, or ``UntrackedValue`` channels, which are
+        never saved: a resume sees other values in both.
+        """
+        injected = self._injected_args.get(call["name"])
+        if injected is None or not (injected.state or injected.runtime):
+            return {}
+        state = tool_runtime.state
+        if isinstance(state, list):
+            state = {self._messages_key: state}  # as ToolNode does for a list of messages
+        unsaved = _unsaved_names(tool_runtime.config)
+        values: dict[str, Any] = {}
+        for parameter, field in injected.state.items():
+            if not field:
+                values[parameter] = _without(state, unsaved)
+            elif field in unsaved:
+                continue
+            elif isinstance(state, Mapping):
+                if field in state:
+                    values[parameter] = state[field]
+            elif hasattr(state, field):
+                values[parameter] = getattr(state, field)
+        if injected.runtime:
+            values[injected.runtime] = _without(state, unsaved)
+        return values
+
+
+def _unsaved_names(config: RunnableConfig | None) -> frozenset[str]:
+    """The state keys no checkpoint holds: managed values and untracked channels.
+
+    LangGraph gives every task a reader of its state, ``partial(local_read,
+    scratchpad, channels, managed, task)``; ``ToolNode`` reads the channels
+    from it the same way.
+    """
+    read = ((config or {}).get("configurable") or {}).get(CONFIG_KEY_READ)
+    if not isinstance(read, functools.partial) or len(read.args) < 3:
+        return frozenset()
+    channels, managed = read.args[1], read.args[2]
+    names = set(managed) if isinstance(managed, Mapping) else set()
+    if isinstance(channels, Mapping):
+        names.update(k for k, channel in channels.items() if isinstance(channel, UntrackedValue))
+    return frozenset(names)
+
+
+def _without(state: Any, names: frozenset[str]) -> Any:
+    """The whole state without the fields in ``names``."""
+    if not names:
+        return state
+    if isinstance(state, Mapping):
+        return {key: value for key, value in state.items() if key not in names}
+    if callable(getattr(state, "model_dump", None)):
+        return {key: value for key, value in state.model_dump().items() if key not in names}
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        fields = dataclasses.fields(state)
+        return {f.name: getattr(state, f.name) for f in fields if f.name not in names}
+    return state
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """Internal: a call of an async node that raised, held until its siblings finish."""
+
+    error: Exception
+
+
+# Calls running in this process, so that a retry of one (LangGraph may retry a
+# step while a cancelled task of the failed attempt is still finishing) or another
+# run of the same pending call waits for it and then answers from its record.
+class _Running:
+    """One call running in this process, and how its waiters learn that it ended.
+
+    A sync waiter blocks on ``ended`` in its own thread. An async waiter awaits a
+    future of its own event loop, set from whichever thread ends the call: it
+    holds no thread while it waits, so any number of runs can wait at once.
+    """
+
+    def __init__(self) -> None:
+        self.ended = threading.Event()
+        self.async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+
+_running: dict[tuple[int, str, str, str], _Running] = {}
+_running_lock = threading.Lock()
+
+
+def _running_key(call: _Call) -> tuple[int, str, str, str]:
+    return (id(call.saver), call.thread_id, call.checkpoint_ns, call.tool_call_id)
+
+
+def _claim(call: _Call) -> _Running | None:
+    """Mark ``call`` as running here; or, if it already is, the entry to wait on."""
+    key = _running_key(call)
+    with _running_lock:
+        running = _running.get(key)
+        if running is None:
+            _running[key] = _Running()
+        return running
+
+
+async def _aclaim(call: _Call) -> None:
+    """Mark ``call`` as running here, first waiting (on the event loop) while it runs."""
+    key = _running_key(call)
+    loop = asyncio.get_running_loop()
+    while True:
+        with _running_lock:
+            running = _running.get(key)
+            if running is None:
+                _running[key] = _Running()
+                return
+            ended: asyncio.Future[None] = loop.create_future()
+            running.async_waiters.append((loop, ended))
+        await ended
+
+
+def _release(call: _Call) -> None:
+    with _running_lock:
+        running = _running.pop(_running_key(call))
+    running.ended.set()
+    for loop, ended in running.async_waiters:
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there
+            loop.call_soon_threadsafe(_set_ended, ended)
+
+
+def _set_ended(ended: asyncio.Future[None]) -> None:
+    if not ended.done():  # a cancelled waiter's future is done already
+        ended.set_result(None)
+
+
+def _store_step(call: _Call, step: _Step) -> Any:
+    """Carry out one store step of the policy (synchronously)."""
+    saver = call.saver
+    if isinstance(step, _Read):
+        return saver.get_tool_record(
+            call.thread_id, call.checkpoint_ns, call.tool_call_id, step.kind, damaged=_DAMAGED
+        )
+    if isinstance(step, _Write):
+        saver.put_tool_record(
+            call.thread_id,
+            call.checkpoint_ns,
+            call.tool_call_id,
+            step.kind,
+            fingerprint=call.fingerprint,
+            value=step.value,
+        )
+        return None
+    if isinstance(step, _Delete):
+        saver.delete_tool_record(call.thread_id, call.checkpoint_ns, call.tool_call_id, step.kind)
+        return None
+    raise TypeError(f"not a store step: {step!r}")
+
+
+def _is_error(result: Any) -> bool:
+    return isinstance(result, ToolMessage) and result.status == "error"
+
+
+def _with_article(name: str) -> str:
+    """``"an InMemorySaver"``, ``"a SqliteSaver"``: for messages."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"

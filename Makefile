@@ -17,6 +17,17 @@ LOWEST_BIN := $(LOWEST)/bin
 LOWEST_EXTRAS := test,docs,s3
 LOWEST_SKIPS := --ignore=tests/test_server.py
 STAMP_LOWEST := $(LOWEST)/.installed
+# The build backend pyproject.toml names, and what it asks for to build an editable
+# install, in both environments: tests/test_newcomer_places.py installs the package from
+# copies of the checkout with them, without a network.
+BUILD_REQUIRES := $(shell sed -n 's/^requires = \[\(.*\)\]$$/\1/p' pyproject.toml) editables
+STAMP_BUILD := $(VENV)/.installed-build
+STAMP_LOWEST_BUILD := $(LOWEST)/.installed-build
+
+# A checkout where nothing can work is said so before anything starts.
+ifneq ($(findstring :,$(CURDIR)),)
+$(error $(CURDIR) has a ':' in it, and Python makes no venv under a path with its PATH separator: clone the project somewhere else)
+endif
 
 .PHONY: demo test test-lowest lint bench clean
 
@@ -28,8 +39,12 @@ $(STAMP_BASE): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(STAMP_TEST): pyproject.toml $(STAMP_BASE)
+$(STAMP_TEST): pyproject.toml $(STAMP_BASE) $(STAMP_BUILD)
 	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs,server,s3]'
+	touch $@
+
+$(STAMP_BUILD): pyproject.toml Makefile | $(BIN)/python
+	$(BIN)/python -m pip install --quiet $(BUILD_REQUIRES)
 	touch $@
 
 # made anew whenever the declared bounds change: nothing newer may be left over
@@ -45,19 +60,23 @@ $(STAMP_LOWEST): pyproject.toml .ci/lowest_constraints.py
 	$(LOWEST_BIN)/python -m pip check
 	touch $@
 
+$(STAMP_LOWEST_BUILD): $(STAMP_LOWEST) Makefile
+	$(LOWEST_BIN)/python -m pip install --quiet $(BUILD_REQUIRES)
+	touch $@
+
 demo: $(STAMP_BASE)
 	$(BIN)/python examples/demo.py
 
 # everything, with the newest dependencies and then with the lowest declared ones; first
 # the package's shape: its layers (import-linter's contracts in pyproject.toml) and no
 # module reading another's private names (ruff's SLF001)
-test: $(STAMP_TEST) $(STAMP_LOWEST)
+test: $(STAMP_TEST) $(STAMP_LOWEST_BUILD)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check langgraph_checkpoint_verified
 	$(BIN)/python -m pytest -q $(TEST_PATHS)
 	$(LOWEST_BIN)/python -m pytest -q $(LOWEST_SKIPS) $(TEST_PATHS)
 
-test-lowest: $(STAMP_LOWEST)
+test-lowest: $(STAMP_LOWEST_BUILD)
 	$(LOWEST_BIN)/python -m pytest -q $(LOWEST_SKIPS) $(TEST_PATHS)
 
 lint: $(STAMP_TEST)

@@ -10,7 +10,10 @@ root, EACCES is the real thing (``chmod -R a-w``). Root ignores write
 permissions, so as root both are simulated by refusing, with that errno, every
 call that would change the store (``readonly_child.install``); the command line
 is also run as an unprivileged user (``setpriv``) on a store that user cannot
-write, so the kernel itself refuses.
+write, so the kernel itself refuses. That user may be unable to reach the
+installed console script (a checkout under a directory only its owner can enter,
+such as ``/root`` or what ``mktemp -d`` makes): it then runs a copy of the
+script, of the interpreter and of what the script imports, made where it can.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 from echo_graph import build_graph
+from packaging.requirements import Requirement
 from readonly_child import install
 
 from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
@@ -271,29 +277,158 @@ def test_verify_and_repair_say_the_store_is_read_only(
     assert snapshot(store) == files
 
 
+def reachable_dir(prefix: str) -> Path:
+    """A new directory an unprivileged user can reach (pytest's own is root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
-    """A directory an unprivileged user can reach (pytest's own is root's alone)."""
-    path = Path(tempfile.mkdtemp(prefix="lgv-readonly-"))
-    path.chmod(0o755)
+    path = reachable_dir("lgv-readonly-")
     yield path
     set_writable(path, True)
     shutil.rmtree(path)
 
 
-def run_console_script(store: Path, how: str, *argv: str) -> subprocess.CompletedProcess[str]:
+def unprivileged_ids() -> tuple[int, int]:
+    """``nobody``'s user and group, or the ids it usually has where it has no entry."""
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        return 65534, 65534
+    return nobody.pw_uid, nobody.pw_gid
+
+
+def as_unprivileged(command: list[str]) -> list[str]:
+    uid, gid = unprivileged_ids()
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *command]
+
+
+def runtime_distributions() -> list[metadata.Distribution]:
+    """This package's distribution and every one it needs at run time (no extras of its
+    own), as installed here: what a plain ``pip install`` of the package brings."""
+    found: dict[str, metadata.Distribution] = {}
+    seen: set[tuple[str, str]] = set()
+    wanted = [("langgraph-checkpoint-verified", "")]
+    while wanted:
+        name, extra = wanted.pop()
+        key = (name.lower().replace("_", "-").replace(".", "-"), extra)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            dist = found.get(key[0]) or metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue  # not needed here (pip would have installed it otherwise)
+        found[key[0]] = dist
+        for text in dist.requires or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": extra}):
+                wanted += [(requirement.name, e) for e in ["", *requirement.extras]]
+    return list(found.values())
+
+
+def make_readable(root: Path) -> None:
+    """Everyone may read (and run or enter what its owner may) under ``root``."""
+    for path in [root, *root.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if not path.is_symlink():
+            path.chmod(mode | 0o444 | (0o111 if path.is_dir() or mode & 0o100 else 0))
+
+
+def copy_for_unprivileged(root: Path) -> tuple[list[str], dict[str, str]]:
+    """Copies, under ``root``, of this interpreter (with its standard library), of the
+    installed console script and of every distribution it imports: how to run it.
+
+    Nothing is left behind a directory the unprivileged user cannot enter: not the
+    interpreter of a Python installed under ``/root`` (pyenv), nor a venv in a checkout
+    under an owner-only directory, nor the sources an editable install points at.
+    """
+    home = root / "python"
+    executable = Path(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
+    (home / "bin").mkdir(parents=True)
+    shutil.copy2(executable, home / "bin" / executable.name)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    junk = shutil.ignore_patterns(
+        "site-packages", "dist-packages", "test", "tests", "__pycache__", "config-*",
+        "idlelib", "tkinter", "turtledemo", "ensurepip",
+    )  # fmt: skip
+    shutil.copytree(stdlib, home / "lib" / stdlib.name, ignore=junk, symlinks=True)
+    library = sysconfig.get_config_var("INSTSONAME")
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and library:
+        shutil.copy2(Path(sysconfig.get_config_var("LIBDIR")) / library, home / "lib" / library)
+
+    site = root / "site-packages"
+    for dist in runtime_distributions():
+        for file in dist.files or []:
+            if ".." in file.parts or file.suffix in (".pyc", ".pth"):
+                continue  # scripts, compiled caches, and an editable install's hook
+            (site / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(str(dist.locate_file(file))), site / file)
+    package = Path(str(sys.modules[main.__module__.partition(".")[0]].__file__)).parent
+    ignore = shutil.ignore_patterns("__pycache__")  # the sources, an editable install's too
+    shutil.copytree(package, site / package.name, ignore=ignore, dirs_exist_ok=True)
+
+    script = root / "bin" / CONSOLE_SCRIPT.name
+    script.parent.mkdir()
+    shutil.copy2(CONSOLE_SCRIPT, script)  # run by the copied interpreter: its #! is not used
+    make_readable(root)
+    env = {
+        "PYTHONHOME": str(home),
+        "PYTHONPATH": str(site),
+        "LD_LIBRARY_PATH": os.pathsep.join(
+            p for p in [str(home / "lib"), os.environ.get("LD_LIBRARY_PATH", "")] if p
+        ),
+    }
+    return [str(home / "bin" / executable.name), "-s", str(script)], env
+
+
+def runs_unprivileged(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        as_unprivileged([*command, "--help"]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env, "PYTHONDONTWRITEBYTECODE": "1"},
+        cwd="/",
+    )
+
+
+@pytest.fixture(scope="module")
+def unprivileged_console_script() -> Iterator[tuple[list[str], dict[str, str]]]:
+    """How the unprivileged user runs ``langgraph-verified``: ``(command, environment)``.
+
+    The installed console script where that user can run it, else a copy
+    (``copy_for_unprivileged``) in a directory it can reach.
+    """
+    if runs_unprivileged([str(CONSOLE_SCRIPT)], {}).returncode == 0:
+        yield [str(CONSOLE_SCRIPT)], {}
+        return
+    root = reachable_dir("lgv-unprivileged-")
+    try:
+        command, env = copy_for_unprivileged(root)
+        probe = runs_unprivileged(command, env)
+        assert probe.returncode == 0, f"the unprivileged user cannot run a copy either:\n{probe}"
+        yield command, env
+    finally:
+        shutil.rmtree(root)
+
+
+def run_console_script(
+    store: Path,
+    how: str,
+    *argv: str,
+    unprivileged: tuple[list[str], dict[str, str]] = ([], {}),
+) -> subprocess.CompletedProcess[str]:
     """The installed ``langgraph-verified``, run on a store it cannot write."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     command = [str(CONSOLE_SCRIPT), *argv]
     if how == "unprivileged user":
-        nobody = pwd.getpwnam("nobody")
-        command = [
-            "setpriv",
-            f"--reuid={nobody.pw_uid}",
-            f"--regid={nobody.pw_gid}",
-            "--clear-groups",
-            *command,
-        ]
+        script, extra_env = unprivileged
+        command = as_unprivileged([*script, *argv])
+        env.update(extra_env)
     elif how != "chmod":  # an errno name: the same fault injection as in-process
         command = [sys.executable, str(TESTS / "readonly_child.py"), str(store), how, *command]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd="/")
@@ -301,32 +436,38 @@ def run_console_script(store: Path, how: str, *argv: str) -> subprocess.Complete
 
 def read_only_ways() -> list[str]:
     if not IS_ROOT:
-        return ["chmod", "EROFS"]
-    ways = ["EROFS", "EACCES"]
-    if shutil.which("setpriv"):
-        ways.append("unprivileged user")
-    return ways
+        return ["chmod", "EROFS", "unprivileged user"]
+    return ["EROFS", "EACCES", "unprivileged user"]
 
 
 @pytest.mark.parametrize("how", read_only_ways())
-def test_the_console_script_on_a_read_only_store(shared_dir: Path, how: str) -> None:
+def test_the_console_script_on_a_read_only_store(
+    shared_dir: Path, how: str, request: pytest.FixtureRequest
+) -> None:
+    unprivileged: tuple[list[str], dict[str, str]] = ([], {})
+    if how == "unprivileged user":
+        if not IS_ROOT:
+            pytest.skip("not root: the chmod run is this user's own, and it cannot become another")
+        if shutil.which("setpriv") is None:
+            pytest.skip("no setpriv (util-linux) to run the console script as another user")
+        unprivileged = request.getfixturevalue("unprivileged_console_script")
     store = shared_dir / "store"
     history = make_store(store)
     damaged = damage_newest(store, history)
     if how == "unprivileged user":
-        nobody = pwd.getpwnam("nobody")
+        uid, gid = unprivileged_ids()
         for path in [store, *store.rglob("*")]:
-            os.chown(path, nobody.pw_uid, nobody.pw_gid)
+            os.chown(path, uid, gid)
     if how in ("chmod", "unprivileged user"):
         set_writable(store, False)
     files = snapshot(store)
 
-    verify = run_console_script(store, how, "verify", str(store))
+    verify = run_console_script(store, how, "verify", str(store), unprivileged=unprivileged)
     assert (verify.returncode, verify.stderr) == (1, "")
     assert f"  checkpoint  {damaged}" in verify.stdout.splitlines()
     assert "is read-only for this process" in verify.stdout
 
-    repair = run_console_script(store, how, "repair", str(store))
+    repair = run_console_script(store, how, "repair", str(store), unprivileged=unprivileged)
     assert repair.returncode == 2
     assert repair.stdout == ""
     assert repair.stderr.count("\n") == 1

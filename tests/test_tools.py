@@ -352,10 +352,14 @@ def test_command_results_and_injected_state_are_recorded_and_replayed(saver, mod
     assert isinstance(recorded, Command) and fp == fingerprint("remember", {"word": "w"})
 
 
-def test_other_checkpointers_are_refused_with_what_to_do(mode):
-    graph = tools_graph(VerifiedToolNode(Effects().tools), InMemorySaver())
+def test_other_checkpointers_are_refused_with_what_to_do_when_records_are_required(mode):
+    """``require_records=True`` keeps the refusal for people who want a misconfiguration to
+    fail loudly; without it the node runs as ``ToolNode`` (``test_tool_drop_in.py``)."""
+    effects = Effects()
+    graph = tools_graph(VerifiedToolNode(effects.tools, require_records=True), InMemorySaver())
     with pytest.raises(TypeError, match=r"checkpointer=VerifiedSaver\("):
         invoke(graph, {"messages": []}, config(), mode)
+    assert effects.count == Counter()
 
 
 def test_an_explicit_saver_serves_a_graph_without_one(tmp_path, mode):
@@ -367,11 +371,12 @@ def test_an_explicit_saver_serves_a_graph_without_one(tmp_path, mode):
     assert records.get_tool_record("t1", records_of(graph, config()), "call_3", "result")
 
 
-def test_a_config_that_names_no_checkpoint_is_refused_with_what_to_do(saver, mode):
+def test_a_config_that_names_no_checkpoint_is_refused_when_records_are_required(saver, mode):
     """Called from a node with a config of its own making, the node has no checkpoint to
-    bind records to: it says so instead of running the tools unrecorded."""
+    bind records to: with ``require_records=True`` it says so instead of running the tools
+    unrecorded (without it, it runs them as ``ToolNode``: ``test_tool_drop_in.py``)."""
     effects = Effects()
-    tools = VerifiedToolNode(effects.tools)
+    tools = VerifiedToolNode(effects.tools, require_records=True)
 
     def node(state: MessagesState, config) -> dict:
         configurable = {k: v for k, v in config["configurable"].items() if k != "checkpoint_map"}
@@ -658,9 +663,11 @@ def test_damaged_tool_record_is_quarantined_reported_and_the_call_runs_again(sav
 # -- real processes, real SIGKILL ----------------------------------------------
 
 
-def run_child(store: Path, log: Path, scenario: str, phase: str) -> subprocess.CompletedProcess:
+def run_child(
+    store: Path, log: Path, scenario: str, phase: str, graph: str = "node"
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(CHILD), str(store), str(log), scenario, phase],
+        [sys.executable, str(CHILD), str(store), str(log), scenario, phase, graph],
         capture_output=True,
         text=True,
         timeout=120,
@@ -698,6 +705,25 @@ def test_at_most_once_tool_killed_after_its_side_effect_never_runs_again(tmp_pat
     assert log_counts(log) == Counter(send_email=1, charge=1, lookup=1)
 
     resumed = run_child(store, log, "kill_in_charge", "resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert log_counts(log) == Counter(send_email=1, charge=1, lookup=1)
+    report = json.loads(resumed.stdout)
+    assert report["finished"] is True
+    assert report["tool_messages"]["call_1"] == "sent to ann@example.com"
+    assert report["tool_messages"]["call_3"] == "found order 7"
+    assert "may or may not have taken effect" in report["tool_messages"]["call_2"]
+
+
+def test_at_most_once_call_killed_in_its_own_v2_task_never_runs_again(tmp_path):
+    """``create_react_agent(version="v2")`` runs each call as a task of its own, and
+    LangGraph keeps the writes of the tasks that finished; the task killed inside
+    ``charge`` has none. Its intent record is what keeps ``charge`` from running again."""
+    store, log = tmp_path / "store", tmp_path / "effects.log"
+    killed = run_child(store, log, "kill_in_charge", "first", graph="agent_v2")
+    assert killed.returncode == -9, killed.stderr
+    assert log_counts(log) == Counter(send_email=1, charge=1, lookup=1)
+
+    resumed = run_child(store, log, "kill_in_charge", "resume", graph="agent_v2")
     assert resumed.returncode == 0, resumed.stderr
     assert log_counts(log) == Counter(send_email=1, charge=1, lookup=1)
     report = json.loads(resumed.stdout)

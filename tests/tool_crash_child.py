@@ -1,8 +1,11 @@
 """A child process for the crash tests of ``VerifiedToolNode`` (see ``test_tools.py``).
 
-Usage: ``tool_crash_child.py STORE LOG SCENARIO PHASE``
+Usage: ``tool_crash_child.py STORE LOG SCENARIO PHASE [GRAPH]``
 
-The graph is START -> agent (one AI message with three tool calls) -> tools -> END.
+GRAPH ``node`` (the default) is START -> agent (one AI message with three tool
+calls) -> tools -> END. GRAPH ``agent_v2`` is ``create_react_agent(version="v2")``,
+which runs each of the three calls as a task of its own, with a model that asks
+for them once and then answers.
 Each tool appends its name to LOG (flushed and fsynced) as its side effect.
 
 SCENARIO ``kill_in_third``: in PHASE ``first``, ``lookup`` (the third call) waits
@@ -24,14 +27,17 @@ import signal
 import sys
 import threading
 
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import create_react_agent
 
 from langgraph_checkpoint_verified import VerifiedSaver, VerifiedToolNode, run_with_recovery
 from langgraph_checkpoint_verified.tools import record_namespace
 
 STORE, LOG, SCENARIO, PHASE = sys.argv[1:5]
+GRAPH = sys.argv[5] if len(sys.argv) > 5 else "node"
 THREAD = "crash"
 CONFIG = {"configurable": {"thread_id": THREAD}}
 random.seed(0)
@@ -112,23 +118,47 @@ def lookup(query: str) -> str:
     return f"found {query}"
 
 
+TOOL_CALLS = [
+    {"name": "send_email", "args": {"to": "ann@example.com"}, "id": "call_1"},
+    {"name": "charge", "args": {"amount": 42}, "id": "call_2"},
+    {"name": "lookup", "args": {"query": "order 7"}, "id": "call_3"},
+]
+
+
 def agent(state: MessagesState) -> dict:
-    tool_calls = [
-        {"name": "send_email", "args": {"to": "ann@example.com"}, "id": "call_1"},
-        {"name": "charge", "args": {"amount": 42}, "id": "call_2"},
-        {"name": "lookup", "args": {"query": "order 7"}, "id": "call_3"},
-    ]
-    return {"messages": [AIMessage("", tool_calls=tool_calls)]}
+    return {"messages": [AIMessage("", tool_calls=TOOL_CALLS)]}
+
+
+class AgentModel(GenericFakeChatModel):
+    """Asks for the three calls, then (once their results are in) answers. It decides
+    from the messages, not from a script position, so a new process resumes it right."""
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        reply = (
+            AIMessage("done")
+            if isinstance(messages[-1], ToolMessage)
+            else AIMessage("", tool_calls=TOOL_CALLS)
+        )
+        self.messages = iter([reply])
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
 
 
 at_most_once = ["charge"] if SCENARIO == "kill_in_charge" else []
-builder = StateGraph(MessagesState)
-builder.add_node("agent", agent)
-builder.add_node("tools", VerifiedToolNode([send_email, charge, lookup], at_most_once=at_most_once))
-builder.add_edge(START, "agent")
-builder.add_edge("agent", "tools")
-builder.add_edge("tools", END)
-graph = builder.compile(checkpointer=saver)
+tools_node = VerifiedToolNode([send_email, charge, lookup], at_most_once=at_most_once)
+if GRAPH == "agent_v2":
+    model = AgentModel(messages=iter(()))
+    graph = create_react_agent(model, tools=tools_node, checkpointer=saver, version="v2")
+else:
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools_node)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    builder.add_edge("tools", END)
+    graph = builder.compile(checkpointer=saver)
 start = {"messages": [HumanMessage("go")]}
 
 if PHASE == "first":

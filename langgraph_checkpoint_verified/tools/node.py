@@ -41,6 +41,13 @@ Rules, in the order they apply:
   ``on_unknown_outcome``). An error or an ``interrupt()`` raised by the tool is
   a known outcome, so its intent is withdrawn and the call runs again, as any
   other call would.
+
+Where a call cannot be recorded (no checkpointer, a checkpointer that is not a
+``VerifiedSaver``, or a config that names no checkpoint because the node was
+invoked on its own), the node runs its calls exactly as ``ToolNode`` does and
+logs one warning per node saying why. ``require_records=True`` makes that an
+error instead; at-most-once tools refuse to run unrecorded unless
+``allow_unrecorded_at_most_once=True``, since a record is what they are for.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolRuntime
+from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from langgraph_checkpoint_verified.errors import ToolOutcomeUnknownError
@@ -95,6 +103,14 @@ class _Task:
     checkpoint_ns: str  # the task's, as LangGraph names it
     graph_ns: str  # the namespace of the graph running the task
     checkpoint_id: str  # the checkpoint the task runs from
+
+
+@dataclass(frozen=True)
+class _Unrecorded:
+    """Why the calls of a tools task cannot be recorded, and the error that says so."""
+
+    reason: str
+    error: Exception
 
 
 @dataclass(frozen=True)
@@ -144,8 +160,14 @@ class VerifiedToolNode(ToolNode):
     A drop-in for ``langgraph.prebuilt.ToolNode``: the same arguments and
     behaviour (parallel calls, ``handle_tool_errors``, tools returning
     ``Command``, injected state and runtime, ``wrap_tool_call``), sync and
-    async. Records go to the graph's own checkpointer, which must be a
-    ``VerifiedSaver`` (or pass ``saver=``).
+    async. Records go to the graph's own checkpointer when it is a
+    ``VerifiedSaver`` (or to ``saver=``).
+
+    Where a call cannot be recorded (the graph has no checkpointer or one
+    that is not a ``VerifiedSaver``, or the node is invoked on its own, with
+    a config that names no checkpoint), the node is a plain ``ToolNode``: it
+    runs every call, and a resume runs finished calls again. It logs one
+    warning per node (logger ``langgraph_checkpoint_verified``) saying why.
 
     A record answers only the same call: the same run of the tools task (a
     resume or retry of it, not a fork, rewind or time-travel replay; see
@@ -176,6 +198,12 @@ class VerifiedToolNode(ToolNode):
             call's recorded result.
         saver: Where to keep the records. Defaults to the checkpointer the
             graph was compiled with.
+        require_records: Refuse to run calls that cannot be recorded (raise
+            instead of running them as ``ToolNode`` would), so that a graph
+            compiled with the wrong checkpointer fails loudly.
+        allow_unrecorded_at_most_once: Let at-most-once tools run where their
+            calls cannot be recorded (with no guarantee, as in ``ToolNode``).
+            By default they refuse, since the record is their whole point.
         **kwargs: Every other ``ToolNode`` argument (``name``, ``tags``,
             ``handle_tool_errors``, ``messages_key``, ``wrap_tool_call``,
             ``awrap_tool_call``).
@@ -183,11 +211,14 @@ class VerifiedToolNode(ToolNode):
     Raises:
         ValueError: ``at_most_once`` names a tool that is not in ``tools``, or
             ``on_unknown_outcome`` is not one of the three policies.
-        TypeError: (When the node runs) the graph's checkpointer is not a
+        TypeError: (When the node runs, with ``require_records=True`` or for
+            a call of an at-most-once tool) the graph's checkpointer is not a
             ``VerifiedSaver`` and no ``saver=`` was given.
-        ValueError: (When the node runs) the config has no ``thread_id``, or
-            names no checkpoint for the task (the node was given a config of
-            its caller's making), or a call of an at-most-once tool has no id.
+        ValueError: (When the node runs, with ``require_records=True`` or for
+            a call of an at-most-once tool) the config has no ``thread_id``,
+            or names no checkpoint for the task (the node was invoked on its
+            own, or given a config of its caller's making); or a call of an
+            at-most-once tool has no id.
 
     Example:
         >>> from langchain_core.messages import AIMessage
@@ -235,6 +266,8 @@ class VerifiedToolNode(ToolNode):
         at_most_once: Collection[str] = (),
         on_unknown_outcome: UnknownOutcomePolicy = "error",
         saver: VerifiedSaver | None = None,
+        require_records: bool = False,
+        allow_unrecorded_at_most_once: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(tools, **kwargs)
@@ -255,6 +288,63 @@ class VerifiedToolNode(ToolNode):
         self.at_most_once: frozenset[str] = frozenset(at_most_once)
         self.on_unknown_outcome: UnknownOutcomePolicy = on_unknown_outcome
         self.saver = saver
+        self.require_records = require_records
+        self.allow_unrecorded_at_most_once = allow_unrecorded_at_most_once
+        self._warned_unrecorded = False
+        self._warned_lock = threading.Lock()
+
+    # -- calls that cannot be recorded ----------------------------------------
+
+    def _func(
+        self,
+        input: Any,
+        config: RunnableConfig,
+        runtime: Runtime,
+    ) -> Any:
+        self._check_unrecorded(input, config)
+        return super()._func(input, config, runtime)
+
+    async def _afunc(
+        self,
+        input: Any,
+        config: RunnableConfig,
+        runtime: Runtime,
+    ) -> Any:
+        self._check_unrecorded(input, config)
+        return await super()._afunc(input, config, runtime)
+
+    def _check_unrecorded(self, input: Any, config: RunnableConfig) -> None:
+        """Before any call of this task runs: refuse, or warn once, if none can be recorded.
+
+        Every call of a task shares the task's config, so they are all recorded
+        or none is; deciding here means a refusal leaves no call half the batch run.
+        """
+        where = _where(self.saver, config)
+        if not isinstance(where, _Unrecorded):
+            return
+        if self.require_records:
+            raise where.error
+        if self.at_most_once and not self.allow_unrecorded_at_most_once:
+            tool_calls, _ = self._parse_input(input)
+            guarded = sorted({c["name"] for c in tool_calls} & self.at_most_once)
+            if guarded:
+                raise type(where.error)(
+                    f"at-most-once tool {guarded[0]!r} is not run where its call cannot be "
+                    f"recorded: {where.error} To run it unrecorded anyway, as ToolNode "
+                    f"would, pass VerifiedToolNode(..., allow_unrecorded_at_most_once=True)."
+                )
+        with self._warned_lock:
+            if self._warned_unrecorded:
+                return
+            self._warned_unrecorded = True
+        logger.warning(
+            "VerifiedToolNode %r does not record its tool calls because %s; they run as in "
+            "ToolNode, and a resumed graph runs finished calls again. To record them, compile "
+            "the graph with a VerifiedSaver and run the node as a node of it; to make this an "
+            "error, pass require_records=True.",
+            self.name,
+            where.reason,
+        )
 
     # -- the two drivers -----------------------------------------------------
 
@@ -434,21 +524,9 @@ class VerifiedToolNode(ToolNode):
 
         Reads the config only, so it is cheap enough for the event loop.
         """
-        configurable = (tool_runtime.config or {}).get("configurable") or {}
-        checkpointer = configurable.get(CONFIG_KEY_CHECKPOINTER)
-        saver = self.saver if self.saver is not None else checkpointer
-        if not isinstance(saver, VerifiedSaver):
-            found = "no checkpointer" if saver is None else _with_article(type(saver).__name__)
-            raise TypeError(
-                f"VerifiedToolNode records tool calls in a VerifiedSaver, but the graph has "
-                f"{found}. Compile the graph with checkpointer=VerifiedSaver('checkpoints/') "
-                f"(or VerifiedSaver.in_memory()), or pass VerifiedToolNode(..., saver=...)."
-            )
-        if configurable.get("thread_id") is None:
-            raise ValueError(
-                "VerifiedToolNode needs a thread: invoke the graph with "
-                'config={"configurable": {"thread_id": "..."}}'
-            )
+        where = _where(self.saver, tool_runtime.config)
+        if isinstance(where, _Unrecorded):
+            return None  # _check_unrecorded has refused or warned for the whole task
         name = call["name"]
         if not call.get("id"):
             if name in self.at_most_once:
@@ -458,27 +536,7 @@ class VerifiedToolNode(ToolNode):
                 )
             logger.warning("tool call of %r has no id: it is run without a record", name)
             return None
-        checkpoint_ns = configurable.get("checkpoint_ns") or ""
-        # The task's namespace is "<graph's namespace>|<node>:<task id>" (or
-        # "<node>:<task id>" in the root graph); LangGraph maps each graph's
-        # namespace to the checkpoint its tasks run from.
-        graph_ns = checkpoint_ns.rpartition(NAMESPACE_SEPARATOR)[0]
-        checkpoint_id = (configurable.get("checkpoint_map") or {}).get(graph_ns)
-        if checkpoint_id is None:
-            raise ValueError(
-                f"VerifiedToolNode binds each call's record to the checkpoint its task runs "
-                f"from, but the config of the call of {name!r} names none (no "
-                f"'checkpoint_map' entry for namespace {graph_ns!r}); run the node as a node "
-                f"of a graph, or pass it the config its node was given"
-            )
-        return _Task(
-            saver=saver,
-            checkpointer=checkpointer if isinstance(checkpointer, BaseCheckpointSaver) else None,
-            thread_id=str(configurable["thread_id"]),
-            checkpoint_ns=checkpoint_ns,
-            graph_ns=graph_ns,
-            checkpoint_id=str(checkpoint_id),
-        )
+        return where
 
     def _identify(self, task: _Task, call: ToolCall, tool_runtime: ToolRuntime) -> _Call:
         """The call's identity. Reads a checkpoint and hashes the injected state: the
@@ -536,6 +594,59 @@ class VerifiedToolNode(ToolNode):
         if injected.runtime:
             values[injected.runtime] = _without(state, unsaved)
         return values
+
+
+def _where(saver: VerifiedSaver | None, config: RunnableConfig | None) -> _Task | _Unrecorded:
+    """Where a tools task given ``config`` keeps its records, or why it cannot keep any.
+
+    Reads the config only, so it is cheap enough for the event loop.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    checkpointer = configurable.get(CONFIG_KEY_CHECKPOINTER)
+    saver = saver if saver is not None else checkpointer
+    if not isinstance(saver, VerifiedSaver):
+        found = "no checkpointer" if saver is None else _with_article(type(saver).__name__)
+        return _Unrecorded(
+            f"the graph has {found}, not a VerifiedSaver",
+            TypeError(
+                f"VerifiedToolNode records tool calls in a VerifiedSaver, but the graph has "
+                f"{found}. Compile the graph with checkpointer=VerifiedSaver('checkpoints/') "
+                f"(or VerifiedSaver.in_memory()), or pass VerifiedToolNode(..., saver=...)."
+            ),
+        )
+    if configurable.get("thread_id") is None:
+        return _Unrecorded(
+            "the config has no thread_id",
+            ValueError(
+                "VerifiedToolNode needs a thread: invoke the graph with "
+                'config={"configurable": {"thread_id": "..."}}.'
+            ),
+        )
+    checkpoint_ns = configurable.get("checkpoint_ns") or ""
+    # The task's namespace is "<graph's namespace>|<node>:<task id>" (or
+    # "<node>:<task id>" in the root graph); LangGraph maps each graph's
+    # namespace to the checkpoint its tasks run from.
+    graph_ns = checkpoint_ns.rpartition(NAMESPACE_SEPARATOR)[0]
+    checkpoint_id = (configurable.get("checkpoint_map") or {}).get(graph_ns)
+    if checkpoint_id is None:
+        return _Unrecorded(
+            f"its config names no checkpoint (no 'checkpoint_map' entry for namespace "
+            f"{graph_ns!r}): it was invoked on its own, not as a node of a graph",
+            ValueError(
+                f"VerifiedToolNode binds each call's record to the checkpoint its task runs "
+                f"from, but its config names none (no 'checkpoint_map' entry for namespace "
+                f"{graph_ns!r}); run the node as a node of a graph, or pass it the config "
+                f"its node was given."
+            ),
+        )
+    return _Task(
+        saver=saver,
+        checkpointer=checkpointer if isinstance(checkpointer, BaseCheckpointSaver) else None,
+        thread_id=str(configurable["thread_id"]),
+        checkpoint_ns=checkpoint_ns,
+        graph_ns=graph_ns,
+        checkpoint_id=str(checkpoint_id),
+    )
 
 
 def _unsaved_names(config: RunnableConfig | None) -> frozenset[str]:

@@ -490,6 +490,36 @@ def s3_tables(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def retention_tables(results: dict[str, Any]) -> list[str]:
+    ret = results["retention"]
+    seconds = ret["seconds"]
+    return [
+        "## 9. Retention: a sweep of many threads",
+        "",
+        f"A store of {ret['threads']:,} threads of three checkpoints each, {ret['expired']:,} "
+        f"of them idle for 400 days. `sweep(RetentionPolicy(idle=30 days))` judges every "
+        f"thread by its checkpoints' times and deletes the expired ones "
+        f"({ret['checkpoints_dropped']:,} checkpoints, {mb(ret['bytes_freed'])} of records); "
+        f"the baseline deletes the same threads with `SqliteSaver.delete_thread`, one call "
+        f"each, given the list. Wall time of the whole job, one run each.",
+        "",
+        HEADER,
+        row(
+            "sweep: judge every thread, delete the expired",
+            f"{seconds['sweep']:.2f} s",
+            f"{seconds[SQLITE]:.2f} s",
+            x(ret["ratio_sweep_vs_sqlite"]),
+        ),
+        row(
+            "delete_thread per expired thread",
+            f"{seconds[VERIFIED_FILES]:.2f} s",
+            f"{seconds[SQLITE]:.2f} s",
+            x(ret["ratio_delete_vs_sqlite"]),
+        ),
+        "",
+    ]
+
+
 def headline(results: dict[str, Any]) -> list[str]:
     lines = ["## Headline", "", HEADER]
     if "chat" in results:
@@ -638,6 +668,7 @@ _PARTS = (
     (recovery_tables, "recovery", "history", "## 6. Recovery"),
     (fsync_tables, "chat", "chat", "## 7. fsync calls per chat step"),
     (s3_tables, "s3", "s3", "## 8. S3-compatible object storage"),
+    (retention_tables, "retention", "retention", "## 9. Retention: a sweep of many threads"),
 )
 """(renderer, the results key it needs, the section that makes it, its title when missing)."""
 

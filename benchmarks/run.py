@@ -42,6 +42,7 @@ from chat import chat_section  # noqa: E402
 from cli_bench import cli_section  # noqa: E402
 from ops import calls_section, history_section  # noqa: E402
 from report import markdown, plot  # noqa: E402
+from retention import retention_section  # noqa: E402
 from s3 import s3_section  # noqa: E402
 
 import langgraph_checkpoint_verified  # noqa: E402
@@ -68,6 +69,7 @@ class Settings:
     s3_chat_steps: int  # S3: graph.invoke steps of the chat, per saver
     s3_thread_sizes: tuple[int, ...]  # S3: newest checkpoint read at these thread lengths
     s3_get_rounds: int  # S3: get_tuple rounds (open saver, new saver) at each length
+    sweep_threads: int  # retention: threads in the swept store (nine in ten expire)
 
 
 FULL = Settings(
@@ -91,6 +93,7 @@ FULL = Settings(
     # 2,000: past S3's 1,000 keys per LIST page, where listing a thread takes more requests
     s3_thread_sizes=(100, 1000, 2000),
     s3_get_rounds=5,
+    sweep_threads=10_000,
 )
 QUICK = Settings(
     chat_lengths=(10, 20, 40),
@@ -112,6 +115,7 @@ QUICK = Settings(
     s3_chat_steps=6,
     s3_thread_sizes=(10, 30),
     s3_get_rounds=2,
+    sweep_threads=100,
 )
 
 
@@ -160,10 +164,11 @@ def sections(settings: Settings, workdir: Path) -> list[tuple[str, Callable[[], 
         ("calls", lambda: calls_section(settings, workdir / "calls")),
         ("cli", lambda: cli_section(settings, workdir / "cli")),
         ("s3", lambda: s3_section(settings, workdir / "s3")),
+        ("retention", lambda: retention_section(settings, workdir / "retention")),
     ]
 
 
-SECTIONS = ("chat", "history", "calls", "cli", "s3")
+SECTIONS = ("chat", "history", "calls", "cli", "s3", "retention")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,8 @@ and runs side effects once."""
 from langgraph_checkpoint_verified.engine import (
     Damage,
     RecoveryStats,
+    RetentionPolicy,
+    SweepReport,
     UnusableCheckpoint,
     VerifyReport,
 )
@@ -44,12 +46,14 @@ __all__ = [
     "RecoveryFailedError",
     "RecoveryResult",
     "RecoveryStats",
+    "RetentionPolicy",
     "STOP_RETRYING",
     "StateUpdate",
     "Storage",
     "StoreKeyError",
     "StoreUnavailableError",
     "StoreWriteError",
+    "SweepReport",
     "ToolOutcomeUnknownError",
     "UnusableCheckpoint",
     "VerifiedSaver",

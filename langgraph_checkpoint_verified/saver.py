@@ -19,6 +19,7 @@ import random
 import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -40,11 +41,18 @@ from langgraph_checkpoint_verified.engine import (
     Engine,
     delta_history,
     maintenance,
+    sweeper,
     tool_records,
 )
 from langgraph_checkpoint_verified.engine.configs import config as _config
 from langgraph_checkpoint_verified.engine.configs import config_parts as _config_parts
 from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
+from langgraph_checkpoint_verified.engine.retention import (
+    RetentionPolicy,
+    SweepReport,
+    sweep_threads,
+)
+from langgraph_checkpoint_verified.engine.sweeper import Sweeper
 from langgraph_checkpoint_verified.engine.verify import VerifyReport, verify_store
 from langgraph_checkpoint_verified.errors import VerifiedSaverError
 from langgraph_checkpoint_verified.records import keys
@@ -133,6 +141,10 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         quarantine: bool = True,
         full_snapshot_every: int = 50,
         list_chain_limit: int | None = None,
+        retention: RetentionPolicy | None = None,
+        sweep_interval: timedelta | float = timedelta(hours=1),
+        sweep_limit: int | None = None,
+        on_sweep: Callable[[SweepReport], Any] | None = None,
     ) -> None:
         super().__init__(serde=serde)
         if (path is None) == (storage is None):
@@ -162,6 +174,34 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         self._allowlisted: dict[frozenset[Any], VerifiedSaver] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self.retention = retention
+        self.sweeper: Sweeper | None = None
+        if retention is not None:
+            self._start_sweeper(retention, sweep_interval, sweep_limit, on_sweep)
+
+    def _start_sweeper(
+        self,
+        policy: RetentionPolicy,
+        interval: timedelta | float,
+        limit: int | None,
+        on_sweep: Callable[[SweepReport], Any] | None,
+    ) -> None:
+        if not isinstance(policy, RetentionPolicy):
+            raise TypeError(f"retention must be a RetentionPolicy, got {type(policy).__name__}")
+        seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
+        engine = self.engine  # not the saver: the sweeper may outlive this saver
+
+        def sweep_now() -> SweepReport:
+            return sweep_threads(engine, policy, limit=limit)
+
+        async def asweep_now() -> SweepReport:
+            return await engine.run_async(sweep_now)
+
+        self._sweeper_key = _store_key(engine.storage)
+        self.sweeper = sweeper.acquire(
+            self._sweeper_key,
+            lambda: sweeper.Sweeper(sweep_now, asweep_now, seconds, on_sweep=on_sweep),
+        )
 
     @property  # type: ignore[override]
     def serde(self) -> SerializerProtocol:
@@ -260,6 +300,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
     def close(self) -> None:
         """Release the saver. Idempotent; later calls raise ``VerifiedSaverError``."""
+        if not self._closed and self.sweeper is not None:
+            sweeper.release(self._sweeper_key, self.sweeper)
         self._closed = True
         with self._lock:
             clones = builtins.list(self._allowlisted.values())
@@ -563,7 +605,11 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``"keep_latest"`` keeps the newest verified checkpoint per namespace
-        (with its pending writes, rewritten to hold all its values); ``"delete"`` removes all.
+        (with its pending writes, rewritten to hold all its values); ``"delete"`` (or
+        ``"delete_all"``, the LangGraph server's word for it) removes all.
+
+        Each thread changes in one step (one compaction of its records): on files and
+        in memory a crash leaves it as it was or pruned, never in between.
 
         ``DeltaChannel``: a delta channel stores only its writes between
         snapshots, so its value at the kept checkpoint is rebuilt from
@@ -571,7 +617,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         ``counters_since_delta_snapshot`` metadata, ``"keep_latest"`` also keeps
         every ancestor the history walk reads (back to the channel's nearest
         snapshot), with its pending writes: the kept checkpoint rebuilds the
-        same value after pruning. If that walk meets damage, the namespace is
+        same value after pruning. If that walk meets damage, the thread is
         left as it is and ``CheckpointDamagedError`` is raised (threads listed
         before it are already pruned): pruning past the damage would turn an
         error into a silently shortened value.
@@ -597,6 +643,67 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         """
         self._check_open()
         maintenance.copy_thread(self.engine, source_thread_id, target_thread_id)
+
+    def sweep(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        dry_run: bool = False,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> SweepReport:
+        """Expire and trim threads as ``policy`` says (the saver's ``retention`` by default).
+
+        Each thread is judged by its checkpoints' times (``ts``): expired when
+        idle longer than ``policy.idle`` or older than ``policy.max_age``, then
+        deleted or kept to its newest checkpoints (``policy.on_expiry``); others
+        are trimmed to their newest ``policy.keep_last`` checkpoints per
+        namespace. A thread is changed under its lock, and only if no
+        checkpoint was written to it since it was judged (else it is skipped:
+        it is in use); the change is one compaction, so on files and in memory
+        a crash leaves it as it was or as the policy says. A thread waiting at
+        an ``interrupt()`` keeps what its resume needs (its newest checkpoint,
+        pending writes and tool-call records).
+
+        Args:
+            policy: What to expire and keep; defaults to the saver's ``retention``.
+            dry_run: Change nothing; the report says exactly what a sweep would do.
+            limit: Change at most this many threads (the rest are reported skipped).
+            now: The time to judge by (default: now, UTC).
+
+        Returns:
+            A ``SweepReport``.
+
+        Example:
+            >>> from datetime import datetime, timedelta, timezone
+            >>> saver = VerifiedSaver.in_memory()
+            >>> checkpoint = {"v": 1, "id": "1", "ts": "2026-01-01T00:00:00+00:00",
+            ...               "channel_values": {}, "channel_versions": {}, "versions_seen": {}}
+            >>> _ = saver.put({"configurable": {"thread_id": "old"}}, checkpoint, {}, {})
+            >>> policy = RetentionPolicy(idle=timedelta(days=30))
+            >>> saver.sweep(policy, now=datetime(2026, 3, 1, tzinfo=timezone.utc)).threads_deleted
+            ['old']
+        """
+        self._check_open()
+        policy = policy or self.retention
+        if policy is None:
+            raise ValueError(
+                "sweep needs a RetentionPolicy: pass one, or VerifiedSaver(retention=...)"
+            )
+        return sweep_threads(self.engine, policy, dry_run=dry_run, limit=limit, now=now)
+
+    async def asweep(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        dry_run: bool = False,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> SweepReport:
+        """Async twin of ``sweep``."""
+        return await self.engine.run_async(
+            self.sweep, policy, dry_run=dry_run, limit=limit, now=now
+        )
 
     # -- delta channels ----------------------------------------------------
 
@@ -779,6 +886,13 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             raise VerifiedSaverError(
                 f"{self!r} is closed; open a new VerifiedSaver on the same store to continue"
             )
+
+
+def _store_key(storage: Storage) -> str:
+    """Names a store across savers in this process: one sweeper per store."""
+    if isinstance(storage, MemoryStorage):
+        return f"memory:{id(storage)}"  # each in_memory() saver has a store of its own
+    return f"{type(storage).__name__}:{storage.location('threads')}"
 
 
 def _check_checkpoint(checkpoint: Any) -> None:

@@ -25,6 +25,14 @@ Environment:
   key (16 to 64 raw bytes, as ``langgraph-verified --key-file`` reads it).
   Records are then checked with keyed MACs and records written without the key
   are rejected.
+* The server's own thread TTL: ``langgraph.json``'s ``"checkpointer": {"ttl":
+  {...}}``, which ``langgraph dev`` hands to the server as
+  ``LANGGRAPH_CHECKPOINTER``, or ``LANGGRAPH_THREAD_TTL`` (minutes, or the same
+  object as JSON), which replaces it. With a ``default_ttl``, the saver sweeps
+  the store in the background (``retention_from_env``): threads idle that many
+  minutes are deleted (``"strategy": "delete"``, the default) or kept to their
+  newest checkpoint (``"keep_latest"``), every ``sweep_interval_minutes``
+  (default 5), at most ``sweep_limit`` threads a sweep (default 10,000).
 
 See ``docs/server.md`` for the whole story (crashes, limitations).
 """
@@ -32,13 +40,18 @@ See ``docs/server.md`` for the whole story (crashes, limitations).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from langgraph_checkpoint_verified.engine import RetentionPolicy
+from langgraph_checkpoint_verified.engine.retention import Expiry
 from langgraph_checkpoint_verified.errors import StoreKeyError
 from langgraph_checkpoint_verified.saver import VerifiedSaver
 
@@ -48,10 +61,101 @@ STORE_ENV = "LANGGRAPH_VERIFIED_STORE"
 KEY_FILE_ENV = "LANGGRAPH_VERIFIED_KEY_FILE"
 """Environment variable naming a file that holds the store's secret key."""
 
+CHECKPOINTER_ENV = "LANGGRAPH_CHECKPOINTER"
+"""The ``checkpointer`` block of ``langgraph.json``, as JSON (set by ``langgraph dev``)."""
+
+THREAD_TTL_ENV = "LANGGRAPH_THREAD_TTL"
+"""The server's thread TTL: minutes, or a JSON object; replaces the block's ``ttl``."""
+
+DEFAULT_SWEEP_INTERVAL_MINUTES = 5.0
+DEFAULT_SWEEP_LIMIT = 10_000
+"""The LangGraph server's own defaults for a TTL that does not say."""
+
 DEFAULT_STORE = ".langgraph_verified"
 """Store directory used when ``LANGGRAPH_VERIFIED_STORE`` is unset or empty."""
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ThreadTTL:
+    """The server's thread TTL as a retention policy and a schedule.
+
+    Attributes:
+        policy: Threads idle for ``default_ttl`` minutes expire (``strategy``).
+        interval: Seconds between sweeps.
+        limit: At most this many threads changed a sweep.
+    """
+
+    policy: RetentionPolicy
+    interval: float
+    limit: int | None
+
+
+def retention_from_env(environ: Mapping[str, str] | None = None) -> ThreadTTL | None:
+    """The thread TTL the LangGraph server was given, or ``None`` if it has none.
+
+    ``LANGGRAPH_THREAD_TTL`` (minutes, or a JSON object) wins over the ``ttl``
+    of ``LANGGRAPH_CHECKPOINTER`` (``langgraph.json``'s ``checkpointer`` block),
+    as in the server. Both count minutes; fractions are allowed.
+
+    Raises:
+        ValueError: A variable does not parse, or names an unknown strategy.
+
+    Example:
+        >>> ttl = retention_from_env({"LANGGRAPH_THREAD_TTL": "90"})
+        >>> ttl.policy.idle, ttl.policy.on_expiry, ttl.interval, ttl.limit
+        (datetime.timedelta(seconds=5400), 'delete', 300.0, 10000)
+        >>> retention_from_env({}) is None
+        True
+    """
+    env = os.environ if environ is None else environ
+    ttl: Any = None
+    raw = (env.get(THREAD_TTL_ENV) or "").strip()
+    if raw:
+        ttl = _json(raw, THREAD_TTL_ENV) if raw.startswith("{") else {"default_ttl": raw}
+    elif (block := (env.get(CHECKPOINTER_ENV) or "").strip()) and block.startswith("{"):
+        config = _json(block, CHECKPOINTER_ENV)
+        ttl = config.get("ttl") if isinstance(config, dict) else None
+    if not isinstance(ttl, dict) or ttl.get("default_ttl") in (None, ""):
+        return None
+    strategy: Expiry
+    if (named := ttl.get("strategy") or "delete") == "delete":
+        strategy = "delete"
+    elif named == "keep_latest":
+        strategy = "keep_latest"
+    else:
+        raise ValueError(f"thread TTL strategy must be 'delete' or 'keep_latest', got {named!r}")
+    minutes = _minutes(ttl["default_ttl"], "default_ttl")
+    interval = _minutes(
+        ttl.get("sweep_interval_minutes") or DEFAULT_SWEEP_INTERVAL_MINUTES,
+        "sweep_interval_minutes",
+    )
+    limit = ttl.get("sweep_limit", DEFAULT_SWEEP_LIMIT)
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"thread TTL sweep_limit must be an int >= 0, got {limit!r}")
+    return ThreadTTL(
+        RetentionPolicy(idle=timedelta(minutes=minutes), on_expiry=strategy),
+        interval * 60,
+        limit,
+    )
+
+
+def _json(text: str, variable: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{variable} is not valid JSON ({exc.msg}): {text[:200]!r}") from None
+
+
+def _minutes(value: Any, name: str) -> float:
+    try:
+        minutes = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"thread TTL {name} must be a number of minutes, got {value!r}") from None
+    if not minutes > 0:
+        raise ValueError(f"thread TTL {name} must be more than 0 minutes, got {value!r}")
+    return minutes
 
 
 def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> VerifiedSaver:
@@ -99,6 +203,10 @@ def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> V
                 f"cannot read the key file named by {KEY_FILE_ENV} ({key_file}): "
                 f"{exc.strerror or exc}; fix the path or unset {KEY_FILE_ENV}"
             ) from None
+    ttl = retention_from_env(env)
+    if ttl is not None and "retention" not in options:
+        # one sweeper per store, however many savers the server opens on it
+        options.update(retention=ttl.policy, sweep_interval=ttl.interval, sweep_limit=ttl.limit)
     try:
         saver = VerifiedSaver(store, key=key, **options)
     except StoreKeyError as exc:
@@ -115,6 +223,13 @@ def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> V
             marker=exc.marker,
         ) from exc
     logger.info("VerifiedSaver store: %s (%s)", store, "keyed" if key else "no key")
+    if ttl is not None:
+        logger.info(
+            "thread TTL: threads idle %s are swept (%s) every %.0f s",
+            ttl.policy.idle,
+            ttl.policy.on_expiry,
+            ttl.interval,
+        )
     return saver
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import io
+import json
 import os
 import pickle
 import re
@@ -42,6 +43,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,7 +55,12 @@ from langgraph_sdk.errors import NotFoundError
 from langgraph_sdk.schema import Command
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import StoreKeyError, VerifiedSaver, VerifiedSaverError
+from langgraph_checkpoint_verified import (
+    RetentionPolicy,
+    StoreKeyError,
+    VerifiedSaver,
+    VerifiedSaverError,
+)
 from langgraph_checkpoint_verified import server as verified_server
 from langgraph_checkpoint_verified.server import (
     DEFAULT_STORE,
@@ -61,6 +68,7 @@ from langgraph_checkpoint_verified.server import (
     STORE_ENV,
     checkpointer,
     open_from_env,
+    retention_from_env,
 )
 
 T = TypeVar("T")
@@ -526,3 +534,76 @@ async def test_checkpointer_opens_off_the_event_loop_and_closes_at_exit(tmp_path
     with pytest.raises(VerifiedSaverError):
         saver.get_tuple(config)
     assert await asyncio.to_thread(VerifiedSaver(tmp_path / "store").get_tuple, config)
+
+
+# -- the server's thread TTL -------------------------------------------------------------
+
+
+@needs_server
+def test_a_ttl_in_langgraph_json_sweeps_idle_threads_under_langgraph_dev(app, servers, tmp_path):
+    """``"checkpointer": {"ttl": ...}`` in ``langgraph.json`` reaches the server process
+    (``langgraph dev`` passes the block on as ``LANGGRAPH_CHECKPOINTER``); the factory
+    starts a sweeper with it: a thread idle for years goes, one written now stays."""
+    import time_machine
+    from echo_graph import build_graph
+
+    store = tmp_path / "store"
+    graph = build_graph(VerifiedSaver(store))
+    with time_machine.travel(datetime(2020, 1, 1, tzinfo=timezone.utc)):
+        graph.invoke({"messages": [("user", "long ago")]}, {"configurable": {"thread_id": "idle"}})
+    graph.invoke({"messages": [("user", "now")]}, {"configurable": {"thread_id": "recent"}})
+    recent = VerifiedSaver(store).get_tuple({"configurable": {"thread_id": "recent"}})
+    config = json.loads((app / "langgraph.json").read_text())
+    config["checkpointer"]["ttl"] = {
+        "strategy": "delete",
+        "default_ttl": 60 * 24,
+        "sweep_interval_minutes": 1,
+    }
+    (app / "langgraph_ttl.json").write_text(json.dumps(config))
+    server = servers(app, store, config="langgraph_ttl.json")
+    client = server.start()
+    wait_until(
+        lambda: "idle" not in VerifiedSaver(store).engine.thread_ids(),
+        "the server's sweeper to delete the idle thread",
+        server,
+    )
+    after = VerifiedSaver(store).get_tuple({"configurable": {"thread_id": "recent"}})
+    assert after == recent
+    # and the server's own prune call removes a thread from the store
+    thread_id = client.threads.create()["thread_id"]
+    client.runs.wait(thread_id, "agent", input={"topic": "tea"})
+    assert thread_id in VerifiedSaver(store).engine.thread_ids()
+    client.threads.prune([thread_id])
+    assert thread_id not in VerifiedSaver(store).engine.thread_ids()
+    server.stop()
+    assert "thread TTL" in server.output()
+
+
+def test_the_thread_ttl_variable_replaces_the_checkpointer_blocks(tmp_path):
+    block = {"path": "x", "ttl": {"strategy": "keep_latest", "default_ttl": 30}}
+    environ = {
+        STORE_ENV: str(tmp_path / "store"),
+        "LANGGRAPH_CHECKPOINTER": json.dumps(block),
+    }
+    from_block = retention_from_env(environ)
+    assert from_block is not None
+    assert from_block.policy == RetentionPolicy(idle=timedelta(minutes=30), on_expiry="keep_latest")
+    assert (from_block.interval, from_block.limit) == (300.0, 10_000)
+    overridden = retention_from_env(
+        {**environ, "LANGGRAPH_THREAD_TTL": '{"default_ttl": 0.5, "sweep_interval_minutes": 2}'}
+    )
+    assert overridden is not None
+    assert overridden.policy.idle == timedelta(seconds=30)
+    assert overridden.policy.on_expiry == "delete" and overridden.interval == 120.0
+    saver = open_from_env(environ)
+    try:
+        assert saver.retention == from_block.policy and saver.sweeper is not None
+    finally:
+        saver.close()
+    assert retention_from_env({"LANGGRAPH_CHECKPOINTER": json.dumps({"path": "x"})}) is None
+    with pytest.raises(ValueError, match="LANGGRAPH_THREAD_TTL is not valid JSON"):
+        retention_from_env({"LANGGRAPH_THREAD_TTL": "{nope"})
+    with pytest.raises(ValueError, match="strategy must be 'delete' or 'keep_latest'"):
+        retention_from_env({"LANGGRAPH_THREAD_TTL": '{"default_ttl": 5, "strategy": "archive"}'})
+    with pytest.raises(ValueError, match="default_ttl must be more than 0 minutes"):
+        retention_from_env({"LANGGRAPH_THREAD_TTL": "0"})

@@ -41,7 +41,7 @@ from typing_extensions import TypedDict
 from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
-from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry, scan
+from langgraph_checkpoint_verified.storage.log.entries import PUT, encode_entry, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
 
 THREAD_ID = "disk-full"
@@ -422,17 +422,20 @@ def test_prune_fails_cleanly_at_each_step_of_its_compaction(store, monkeypatch, 
     assert VerifiedSaver(store).get_tuple(THREAD).checkpoint["id"] == checkpoint["id"]
 
 
-def test_a_failed_compaction_leaves_the_prunes_deletions_in_the_log(store, monkeypatch):
-    """The check above that a compacted log has only ``PUT`` entries means something:
-    before compaction, prune's deletions are in the log."""
+def test_a_failed_compaction_leaves_the_thread_as_it_was(store, monkeypatch):
+    """A prune is one compaction with its changes in it: when the new log cannot be
+    made, the old one is untouched, with every checkpoint (no deletion half made)."""
     saver = VerifiedSaver(store)
     log_before = log_path(store).read_bytes()
-    assert not [e for e in scan(log_before)[0] if e.kind == DELETE]
+    listed_before = [t.config for t in saver.list(THREAD)]
+    assert len(listed_before) > 1
     inject(monkeypatch, ("replace", "temp", 1), errno.ENOSPC, store)
     with pytest.raises(StoreWriteError):
         saver.prune([THREAD_ID], strategy="keep_latest")
     monkeypatch.undo()
-    assert [e for e in scan(log_path(store).read_bytes())[0] if e.kind == DELETE]
+    assert log_path(store).read_bytes() == log_before
+    assert [t.config for t in VerifiedSaver(store).list(THREAD)] == listed_before
+    assert temp_files(store) == []
 
 
 # -- a graph that meets a full disk -------------------------------------------------------

@@ -1,9 +1,9 @@
 """The ``langgraph-verified`` command line: a thin layer over the public API.
 
 Subcommands look into a store (``inspect``), check it (``verify``), move damage
-aside (``repair``), compare two checkpoints (``diff``), export a thread as JSON
-lines (``export``) and copy a ``SqliteSaver`` database into a store
-(``migrate``). Every command is also callable in-process as
+aside (``repair``), compare two checkpoints (``diff``), expire and trim threads
+(``sweep``), export a thread as JSON lines (``export``) and copy a ``SqliteSaver``
+database into a store (``migrate``). Every command is also callable in-process as
 ``main([...])``, which returns the exit code:
 
 * ``0``: done, nothing wrong;
@@ -22,7 +22,7 @@ store with ``quarantine=False``: looking at a store never moves anything.
 The package, bottom up: ``output`` (names, exit codes, formatting and rich
 helpers), ``store`` (opening a STORE, finding a thread or checkpoint, running a
 command guarded), ``params`` (the shared typer arguments), one module per command
-group (``inspect``, ``verify``, ``diff``, ``migrate``, ``state``, ``export``),
+group (``inspect``, ``verify``, ``diff``, ``migrate``, ``state``, ``sweep``, ``export``),
 ``legacy`` (the argparse parser of the older commands) and ``app`` (the typer
 application made of them). Nothing below imports what is above it.
 """

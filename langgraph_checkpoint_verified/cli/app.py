@@ -4,7 +4,7 @@
 in the order ``--help`` lists them: ``inspect``, ``verify``, ``repair``, ``diff`` and
 ``migrate`` hand their arguments to the argparse parser (``legacy``), so they behave
 exactly as before; ``threads``, ``history``, ``show``, ``stats`` and ``prune`` are in
-``state``, ``export`` and ``import`` in ``export``.
+``state``, ``sweep`` in ``sweep``, ``export`` and ``import`` in ``export``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from langgraph_checkpoint_verified.cli import export, state
+from langgraph_checkpoint_verified.cli import export, state, sweep
 from langgraph_checkpoint_verified.cli.legacy import legacy_main
 from langgraph_checkpoint_verified.cli.output import EXIT_ERROR, EXIT_OK, PROG
 from langgraph_checkpoint_verified.cli.params import AsJson, KeyFile, Store
@@ -23,8 +23,8 @@ from langgraph_checkpoint_verified.cli.store import STORE_HELP
 
 app = typer.Typer(
     name=PROG,
-    help="Look into, check, repair, export and import LangGraph checkpoint stores written by "
-    "VerifiedSaver. Exit codes: 0 ok, 1 damage found, 2 the command could not run.",
+    help="Look into, check, repair, sweep, export and import LangGraph checkpoint stores written "
+    "by VerifiedSaver. Exit codes: 0 ok, 1 damage found, 2 the command could not run.",
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -204,6 +204,7 @@ app.command()(state.history)
 app.command()(state.show)
 app.command()(state.stats)
 app.command()(state.prune)
+app.command()(sweep.sweep)
 app.command()(export.export)
 app.command("import")(export.import_)
 

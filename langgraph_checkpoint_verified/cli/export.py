@@ -7,6 +7,10 @@ the line's canonical JSON (sorted keys, no spaces) without that field. Values ar
 saver's serde output (``{"type": ..., "data": base64}``), so an import restores them
 exactly; pending writes keep their ``task_path`` and indices.
 
+``import`` refuses a store that already has one of the export's threads (two
+histories would mix in it) unless ``--replace``: each such thread is then deleted
+first, and the export's imported in its place.
+
 Typer commands, registered by ``app``: ``export`` and ``import_`` (the ``import``
 command) are the commands, their parameters the commands' arguments and options.
 """
@@ -263,14 +267,37 @@ def read_export(saver: VerifiedSaver, file: str) -> list[dict[str, Any]]:
 def import_(
     store: Store,
     file: Annotated[str, typer.Argument(metavar="FILE")],
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace", help="delete the store's threads the export also has, then import them"
+        ),
+    ] = False,
     key_file: KeyFile = None,
 ) -> int:
-    """Restore an export into a store (created if missing); every line is checked first."""
+    """Restore an export into a store (created if missing); every line is checked first.
+
+    A thread the store already has is refused (nothing is imported), unless
+    ``--replace`` is given: then each such thread is deleted (its checkpoints,
+    pending writes and tool records) before the export's is imported.
+    """
 
     def body() -> int:
         if store_exists(store):
             saver = open_store(store, key_file, quarantine=True)
             lines = read_export(saver, file)
+            clashing = sorted(
+                {line["thread_id"] for line in lines} & set(saver.engine.thread_ids())
+            )
+            if clashing and not replace:
+                # importing into a thread that exists would mix two histories in it
+                named = ", ".join(repr(thread_id) for thread_id in clashing)
+                raise CommandError(
+                    f"{store} already has thread(s) {named}; pass --replace to replace them "
+                    f"with the imported ones (nothing was imported)"
+                )
+            for thread_id in clashing:
+                saver.delete_thread(thread_id)
         else:
             # every line is checked before the store is made: a refused import leaves nothing
             lines = read_export(VerifiedSaver.in_memory(), file)

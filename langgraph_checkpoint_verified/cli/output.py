@@ -293,6 +293,26 @@ def progress(description: str) -> Iterator[Progress]:
         yield bar
 
 
+@contextlib.contextmanager
+def working(description: str) -> Iterator[None]:
+    """A spinner and ``description`` on stderr while work of unknown length runs.
+
+    For work that reports no progress a bar could show (``progress`` is for work
+    that does): drawn on a terminal only, and gone when done.
+
+    Args:
+        description: What is being done, e.g. ``sweeping 12 thread(s)``.
+
+    Yields:
+        Nothing; the spinner turns until the block ends.
+    """
+    if not sys.stderr.isatty():
+        yield
+        return
+    with err().status(escape(description)):
+        yield
+
+
 def table(*headers: str, title: str | None = None) -> Table:
     """A rich table with bold headers whose cells fold rather than overflow.
 

@@ -32,6 +32,7 @@ from langgraph_checkpoint_verified.cli.store import (
     resolve_id,
     run_guarded,
 )
+from langgraph_checkpoint_verified.engine import maintenance
 from langgraph_checkpoint_verified.records import keys as record_keys
 from langgraph_checkpoint_verified.saver import VerifiedSaver
 
@@ -466,13 +467,52 @@ def _raw_size(data: bytes, zstandard: Any) -> int:
     return start + size if size >= 0 else len(data)
 
 
+def checkpoint_count(saver: VerifiedSaver, thread_id: str) -> int:
+    """How many checkpoints a thread has, in every namespace (names only, nothing read).
+
+    Args:
+        saver: The opened store.
+        thread_id: The thread.
+
+    Returns:
+        The number of its checkpoint records, whether or not they verify.
+    """
+    engine = saver.engine
+    return sum(len(engine.checkpoint_ids(thread_id, ns)) for ns in engine.namespaces(thread_id))
+
+
+def prune_plan(saver: VerifiedSaver, thread_id: str, strategy: str) -> int:
+    """How many checkpoints ``prune`` would drop from a thread, from the changes it would make.
+
+    The plan is the one ``saver.prune`` carries out (``maintenance.trim_changes``
+    for ``keep_latest``, ``delete_changes`` for ``delete``), so a dry run counts
+    exactly what a prune drops: the ``DeltaChannel`` ancestors a kept checkpoint
+    is rebuilt from stay, and so do checkpoints that do not verify.
+
+    Args:
+        saver: The opened store.
+        thread_id: A thread the store has.
+        strategy: ``keep_latest`` or ``delete``.
+
+    Returns:
+        The number of checkpoints the prune would remove.
+    """
+    if strategy == "keep_latest":
+        _, dropped = maintenance.trim_changes(saver.engine, thread_id, keep_last=1)
+        return dropped
+    changes = maintenance.delete_changes(saver.engine, thread_id)
+    return sum(1 for key in changes if record_keys.is_checkpoint_key(key))
+
+
 def prune(
     store: Store,
     thread_ids: Annotated[list[str], typer.Argument(metavar="THREAD...")],
     strategy: Annotated[
         str, typer.Option("--strategy", help="keep_latest or delete")
     ] = "keep_latest",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="say what would go")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="say exactly what would go; change nothing")
+    ] = False,
     key_file: KeyFile = None,
 ) -> int:
     """Drop all but the newest checkpoint of threads (or the threads themselves)."""
@@ -483,22 +523,18 @@ def prune(
         saver = open_store(store, key_file, quarantine=not dry_run)
         for thread_id in thread_ids:
             need_thread(saver, thread_id, store)
-        outcomes = []
         for thread_id in thread_ids:
-            found = list(saver.list(output.thread_config(thread_id)))
-            keep = set()
-            if strategy == "keep_latest":
-                newest: dict[str, str] = {}
-                for f in found:
-                    ns = output.namespace(f)
-                    newest[ns] = max(newest.get(ns, ""), output.checkpoint_id(f))
-                keep = set(newest.values())
-            drop = [f for f in found if output.checkpoint_id(f) not in keep]
-            outcomes.append(f"{len(drop)} checkpoint(s) of thread {thread_id!r}, kept {len(keep)}")
-        if not dry_run:
-            saver.prune(thread_ids, strategy=strategy)  # before saying so: it may be refused
-        for outcome in outcomes:
-            print(f"{'would drop' if dry_run else 'dropped'} {outcome}")
+            before = checkpoint_count(saver, thread_id)
+            if dry_run:
+                dropped = prune_plan(saver, thread_id, strategy)
+            else:
+                # pruned before it is said: a prune may be refused (a bucket refusing writes)
+                saver.prune([thread_id], strategy=strategy)
+                dropped = before - checkpoint_count(saver, thread_id)
+            print(
+                f"{'would drop' if dry_run else 'dropped'} {dropped} checkpoint(s) of thread "
+                f"{thread_id!r}, kept {before - dropped}"
+            )
         return EXIT_OK
 
     return run_guarded(body, store=store)

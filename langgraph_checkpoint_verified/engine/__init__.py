@@ -3,11 +3,12 @@
 ``Engine`` (``core``) reads a thread's checkpoints (falling back past damage)
 and writes them; the modules beside it are functions over an ``Engine``:
 ``maintenance`` (delete, prune, copy), ``delta_history`` (``DeltaChannel``
-histories), ``tool_records`` (what ``VerifiedToolNode`` keeps of each call) and
-``verify`` (check and repair a store). ``damage`` reports, counts and
-quarantines every damaged record found. Below it: ``reads`` (reading and
-verifying records), ``writes``, the caches (``record_cache``,
-``decoded_values``) and the store marker (``marker``).
+histories), ``tool_records`` (what ``VerifiedToolNode`` keeps of each call),
+``verify`` (check and repair a store) and ``retention`` (``RetentionPolicy``,
+``sweep_threads``: expire and trim threads); ``sweeper`` runs sweeps on a
+schedule. ``damage`` reports, counts and quarantines every damaged record
+found. Below them: ``reads`` (reading and verifying records), ``writes``, the
+caches (``record_cache``, ``decoded_values``) and the store marker (``marker``).
 
 The faces (``saver``, ``tools``, ``retry``, ``cli``, ``server``, ``migrate``) use
 the names this package exports and the public attributes of ``Engine``.
@@ -15,6 +16,7 @@ the names this package exports and the public attributes of ``Engine``.
 
 from langgraph_checkpoint_verified.engine.core import Engine
 from langgraph_checkpoint_verified.engine.damage import Damage, DamageReporter, RecoveryStats
+from langgraph_checkpoint_verified.engine.retention import RetentionPolicy, SweepReport
 from langgraph_checkpoint_verified.engine.verify import UnusableCheckpoint, VerifyReport
 
 __all__ = [
@@ -22,6 +24,8 @@ __all__ = [
     "DamageReporter",
     "Engine",
     "RecoveryStats",
+    "RetentionPolicy",
+    "SweepReport",
     "UnusableCheckpoint",
     "VerifyReport",
 ]

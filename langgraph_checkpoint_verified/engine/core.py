@@ -39,7 +39,7 @@ from langgraph_checkpoint_verified.engine.writes import CheckpointWriter
 from langgraph_checkpoint_verified.errors import CheckpointDamagedError, RecordDamagedError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import Codec
-from langgraph_checkpoint_verified.records.kinds import CheckpointRecord, Typed
+from langgraph_checkpoint_verified.records.kinds import Typed
 from langgraph_checkpoint_verified.records.values import (
     DEFAULT_MAX_CHAIN,
     ListMemory,
@@ -427,10 +427,6 @@ class Engine:
         self.writer.put_writes(
             self.serde, thread_id, checkpoint_ns, checkpoint_id, writes, task_id, task_path
         )
-
-    def write_checkpoint_record(self, record: CheckpointRecord) -> None:
-        """Store a checkpoint record rewritten by maintenance or repair."""
-        self.writer.write_checkpoint_record(record)
 
     def forget_thread(self, thread_id: str) -> None:
         """Drop what the caches hold of a thread (after its records were rewritten)."""

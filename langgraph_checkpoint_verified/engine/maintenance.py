@@ -1,10 +1,12 @@
 """Thread maintenance: deleting threads and runs, pruning, copying threads.
 
-Each operation holds a thread's lock exclusively, rewrites the checkpoints that
-stay so that none depends on a record that goes (``remove_checkpoints``), and
-ends with one compaction of the thread's records (``Storage.compact``), which is
-what makes its deletions durable. ``VerifiedSaver`` exposes them; ``verify``'s
-repair reuses ``remove_checkpoints``.
+Each operation holds a thread's lock exclusively and computes its changes
+first: the checkpoints that stay are rewritten so that none depends on a
+record that goes (``removal_changes``). The changes are then made by one
+compaction of the thread's records (``Storage.compact``): durable, and on files
+and in memory atomic, so a crash leaves the thread as it was or as asked.
+``VerifiedSaver`` exposes them; ``verify``'s repair and ``retention``'s sweep
+reuse ``removal_changes`` and ``trim_changes``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from langgraph_checkpoint_verified.engine import delta_history
 from langgraph_checkpoint_verified.engine.core import Engine
@@ -23,6 +26,7 @@ from langgraph_checkpoint_verified.records.kinds import (
     CheckpointRecord,
     StoredValue,
     canonical_key,
+    encode_checkpoint,
 )
 from langgraph_checkpoint_verified.records.values import ValueUnavailable, materialize, value_parts
 
@@ -47,6 +51,7 @@ def delete_for_runs(engine: Engine, run_ids: Sequence[str]) -> None:
         return
     for thread_id in engine.reader.thread_ids():
         with engine.storage.lock(keys.thread_prefix(thread_id), exclusive=True):
+            changes: dict[str, bytes | None] = {}
             for checkpoint_ns in engine.reader.namespaces(thread_id):
                 records = records_of(engine, thread_id, checkpoint_ns)
                 doomed = {
@@ -55,33 +60,79 @@ def delete_for_runs(engine: Engine, run_ids: Sequence[str]) -> None:
                     if engine.serde.loads_typed(record.metadata).get("run_id") in doomed_runs
                 }
                 if doomed:
-                    remove_checkpoints(engine, thread_id, checkpoint_ns, records, doomed)
-            # one durable rewrite of the thread, without what was removed
-            engine.storage.compact(keys.thread_prefix(thread_id))
+                    changes.update(
+                        removal_changes(engine, thread_id, checkpoint_ns, records, doomed)
+                    )
+            # one durable, atomic rewrite of the thread, without what was removed
+            engine.storage.compact(keys.thread_prefix(thread_id), changes=changes)
+            engine.forget_thread(thread_id)
+
+
+PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
+"""``"delete_all"`` is ``"delete"``: the word the LangGraph server's own prune call uses."""
 
 
 def prune(engine: Engine, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
     """The work of ``VerifiedSaver.prune`` (documented there)."""
-    if strategy not in ("keep_latest", "delete"):
+    if strategy not in PRUNE_STRATEGIES:
         raise ValueError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
     for thread_id in thread_ids:
         thread_id = keys.as_thread_id(thread_id)
         if not engine.storage.list(keys.thread_prefix(thread_id)):
             continue  # no such thread: do not create one just to lock it
         with engine.storage.lock(keys.thread_prefix(thread_id), exclusive=True):
-            if strategy == "delete":
-                engine.storage.delete_tree(keys.namespaces_prefix(thread_id))
-                engine.forget_thread(thread_id)
+            if strategy == "keep_latest":
+                changes, _ = trim_changes(engine, thread_id, keep_last=1)
             else:
-                for checkpoint_ns in engine.reader.namespaces(thread_id):
-                    latest = engine.latest_valid_checkpoint(thread_id, checkpoint_ns, strict=False)
-                    records = records_of(engine, thread_id, checkpoint_ns)
-                    keep = latest.config["configurable"]["checkpoint_id"] if latest else None
-                    kept = {keep} | delta_history.delta_ancestors(engine, latest)
-                    doomed = set(records) - kept
-                    remove_checkpoints(engine, thread_id, checkpoint_ns, records, doomed)
-            # one durable rewrite of the thread, without what was removed
-            engine.storage.compact(keys.thread_prefix(thread_id))
+                changes = delete_changes(engine, thread_id)
+            # one durable, atomic rewrite of the thread, without what was removed
+            engine.storage.compact(keys.thread_prefix(thread_id), changes=changes)
+            engine.forget_thread(thread_id)
+
+
+def delete_changes(engine: Engine, thread_id: str) -> dict[str, bytes | None]:
+    """Every checkpoint and pending write of a thread, to delete (its tool records stay)."""
+    return {key: None for key in engine.storage.walk(keys.namespaces_prefix(thread_id))}
+
+
+def trim_changes(
+    engine: Engine, thread_id: str, *, keep_last: int
+) -> tuple[dict[str, bytes | None], int]:
+    """What keeping the newest ``keep_last`` checkpoints of each namespace changes.
+
+    A checkpoint is kept if it is among the newest ``keep_last`` of its
+    namespace that load completely, or if a kept checkpoint's ``DeltaChannel``
+    history is read from it (``delta_history.delta_ancestors``); kept ones keep
+    their pending writes, and are rewritten to hold the values they kept in
+    records that go. Checkpoints that do not verify are left alone (``verify``
+    and ``repair`` deal with them). Returns the changes and how many
+    checkpoints they remove.
+    """
+    if not isinstance(keep_last, int) or keep_last < 1:
+        raise ValueError(f"keep_last must be an int >= 1, got {keep_last!r}")
+    changes: dict[str, bytes | None] = {}
+    dropped = 0
+    for checkpoint_ns in engine.reader.namespaces(thread_id):
+        records = records_of(engine, thread_id, checkpoint_ns)
+        kept: set[str] = set()
+        loaded = 0
+        holders: dict[str, Any] = {}
+        for checkpoint_id in sorted(records, reverse=True):
+            if loaded >= keep_last:
+                break
+            try:
+                found = engine.load(thread_id, checkpoint_ns, checkpoint_id, holders)
+            except Unusable:
+                continue
+            if found is None:
+                continue
+            loaded += 1
+            kept |= {checkpoint_id} | delta_history.delta_ancestors(engine, found)
+        doomed = set(records) - kept
+        if doomed:
+            changes.update(removal_changes(engine, thread_id, checkpoint_ns, records, doomed))
+            dropped += len(doomed)
+    return changes, dropped
 
 
 def copy_thread(engine: Engine, source_thread_id: str, target_thread_id: str) -> None:
@@ -133,13 +184,21 @@ def records_of(engine: Engine, thread_id: str, checkpoint_ns: str) -> dict[str, 
     return records
 
 
-def remove_checkpoints(
+def removal_changes(
     engine: Engine,
     thread_id: str,
     checkpoint_ns: str,
     records: dict[str, CheckpointRecord],
     doomed: set[str],
-) -> None:
+) -> dict[str, bytes | None]:
+    """What removing the ``doomed`` checkpoints of a namespace changes (key -> bytes or None).
+
+    Every survivor that depends on a doomed record is rewritten to hold what it
+    took from it (new bytes); the doomed checkpoints and their pending writes
+    are deleted (``None``). ``records`` (every verified record of the
+    namespace, see ``records_of``) are updated as they are rewritten.
+    """
+    changes: dict[str, bytes | None] = {}
     # First make every survivor independent of the records about to go...
     for checkpoint_id, record in sorted(records.items()):  # oldest first: see below
         if checkpoint_id in doomed:
@@ -167,11 +226,31 @@ def remove_checkpoints(
             continue
         if all(holder == checkpoint_id for _, holder in record.refs.values()):
             record.since_full = 0
-        engine.write_checkpoint_record(record)
+        key = keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+        changes[key] = encode_checkpoint(engine.codec, record)
     # ...then remove them.
     for checkpoint_id in doomed:
-        engine.storage.delete(keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))
-        engine.storage.delete_tree(keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id))
+        changes[keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)] = None
+        writes = keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
+        changes.update((key, None) for key in engine.storage.walk(writes))
+    return changes
+
+
+def remove_checkpoints(
+    engine: Engine,
+    thread_id: str,
+    checkpoint_ns: str,
+    records: dict[str, CheckpointRecord],
+    doomed: set[str],
+) -> None:
+    """Remove the ``doomed`` checkpoints in place (``removal_changes``: rewrites first)."""
+    changes = removal_changes(engine, thread_id, checkpoint_ns, records, doomed)
+    for key, data in changes.items():
+        if data is not None:
+            engine.storage.write(key, data)
+    for key, data in changes.items():
+        if data is None:
+            engine.storage.delete(key)
     engine.forget_thread(thread_id)
 
 

@@ -141,6 +141,23 @@ def checkpoint_key(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> st
     )
 
 
+def is_checkpoint_key(key: str) -> bool:
+    """Whether ``key`` names a checkpoint record (``threads/<T>/ns/<NS>/checkpoints/<id>.ckpt``).
+
+    Example:
+        >>> is_checkpoint_key(checkpoint_key("t", "", "1")), is_checkpoint_key("threads/t/log")
+        (True, False)
+    """
+    parts = key.split("/")
+    return (
+        len(parts) == 6
+        and parts[0] == "threads"
+        and parts[2] == "ns"
+        and parts[4] == "checkpoints"
+        and parts[5].endswith(CHECKPOINT_SUFFIX)
+    )
+
+
 def writes_prefix(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
     return (
         f"{namespaces_prefix(thread_id)}/{encode_segment(checkpoint_ns)}/writes/"

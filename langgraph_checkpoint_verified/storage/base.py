@@ -11,7 +11,7 @@ record) and ``ObjectStorage`` (``objects``: S3).
 from __future__ import annotations
 
 import builtins
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -97,8 +97,18 @@ class Storage(Protocol):
         """``max(self.list(prefix))``, or ``None``: the newest checkpoint without listing all."""
         ...
 
-    def compact(self, prefix: str) -> None:
-        """Reclaim the space of records deleted or replaced under a thread ``prefix``."""
+    def compact(self, prefix: str, *, changes: Mapping[str, bytes | None] | None = None) -> None:
+        """Reclaim the space of records deleted or replaced under a thread ``prefix``.
+
+        ``changes`` (key -> new bytes, or ``None`` to delete; every key under
+        ``prefix``) is applied as part of the same rewrite: where the store can
+        (``FileStorage``, ``MemoryStorage``), all of it or, after a crash, none
+        of it. Elsewhere its writes are made first, then its deletions.
+        """
+        ...
+
+    def usage(self, prefix: str) -> int:
+        """Bytes of the records at ``prefix`` or under it (what deleting them frees)."""
         ...
 
 
@@ -114,8 +124,33 @@ class OneRecordPerWrite:
     ) -> builtins.list[bool]:
         return [self.write(k, d, replace=replace, durable=durable) for k, d in items]
 
-    def compact(self, prefix: str) -> None:
-        """Nothing to reclaim."""
+    def compact(self, prefix: str, *, changes: Mapping[str, bytes | None] | None = None) -> None:
+        """Nothing to reclaim: ``changes`` are written, then deleted, one record at a time.
+
+        Writes first: a record rewritten to stop depending on one that goes is
+        in place before that one is gone, so a crash in between leaves every
+        remaining record readable, and more of them than asked.
+        """
+        for key, data in (changes or {}).items():
+            if data is not None:
+                self.write(key, data)
+        for key, data in (changes or {}).items():
+            if data is None:
+                self.delete(key)
+
+    def usage(self, prefix: str) -> int:
+        """Bytes of the records at ``prefix`` or under it, read one by one."""
+        keys = [prefix, *self.walk(prefix)]
+        return sum(len(self.read(key) or b"") for key in keys)
+
+    def read(self, key: str) -> bytes | None:
+        raise NotImplementedError
+
+    def walk(self, prefix: str) -> Iterator[str]:
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        raise NotImplementedError
 
     def stamp(self, key: str) -> Hashable | None:
         raise NotImplementedError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -167,6 +167,22 @@ class MemoryStorage(OneRecordPerWrite):
     def delete(self, key: str) -> None:
         with self._lock:
             self._records.pop(key, None)
+
+    def compact(self, prefix: str, *, changes: Mapping[str, bytes | None] | None = None) -> None:
+        """Apply ``changes`` all at once (one lock held): nothing to reclaim in memory."""
+        with self._lock:
+            for key, data in (changes or {}).items():
+                if data is None:
+                    self._records.pop(key, None)
+                else:
+                    self._records[key] = bytes(data)
+                    self._writes += 1
+                    self._stamps[key] = self._writes
+
+    def usage(self, prefix: str) -> int:
+        with self._lock:
+            keys = [prefix, *self._records.keys_under(prefix)]
+            return sum(len(self._records.get(key) or b"") for key in keys)
 
     def delete_tree(self, prefix: str) -> None:
         with self._lock:

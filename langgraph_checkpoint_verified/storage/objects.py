@@ -42,7 +42,7 @@ import contextlib
 import errno
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -236,6 +236,41 @@ class ObjectStorage(OneRecordPerWrite):
             raise self._unavailable("list", prefix or "", exc) from exc
 
     # -- Storage -------------------------------------------------------------
+
+    def compact(self, prefix: str, *, changes: Mapping[str, bytes | None] | None = None) -> None:
+        """``changes``: each write one conditional PUT, then every deletion in one batched
+        DELETE request (a thousand keys a request). Not atomic: writes go first, so a
+        crash in between leaves every remaining record readable."""
+        changes = changes or {}
+        for key, data in changes.items():
+            if data is not None:
+                self.write(key, data)
+        doomed = [key for key, data in changes.items() if data is None]
+        if doomed:
+            with self._state_lock:
+                for key in doomed:
+                    self._written.pop(key, None)
+            self._delete(doomed, prefix)
+
+    def usage(self, prefix: str) -> int:
+        """Bytes of the objects at ``prefix`` or under it: the LIST's sizes, no GET."""
+
+        def inside(meta: Any) -> bool:
+            path: str = meta["path"]
+            return path == prefix or path.startswith(f"{prefix}/")
+
+        def call() -> int:
+            stream = obstore.list(self.store, prefix)
+            return sum(meta["size"] for chunk in stream for meta in chunk if inside(meta))
+
+        async def async_call() -> int:
+            stream = obstore.list(self.store, prefix)
+            return sum([meta["size"] async for chunk in stream for meta in chunk if inside(meta)])
+
+        try:
+            return self._io(call, async_call)
+        except Exception as exc:
+            raise self._unavailable("list", prefix, exc) from exc
 
     def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         """Create ``key`` (``If-None-Match``); see the module docstring for an existing one."""

@@ -38,7 +38,7 @@ import secrets
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -691,18 +691,26 @@ class FileStorage:
     def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
         return self.files.lock(prefix, exclusive=exclusive)
 
-    def compact(self, prefix: str) -> None:
+    def compact(self, prefix: str, *, changes: Mapping[str, bytes | None] | None = None) -> None:
         """Rewrite a thread's log with only its live records; durable, atomic.
 
-        Records stored one file each are folded into the log, then removed.
-        A crash leaves the old log or the new one (and, at worst, record files
-        that the new log holds too).
+        ``changes`` (key -> new bytes, or ``None`` to delete) are part of the
+        rewrite: the new log holds them, so a crash leaves the thread as it
+        was or with all of them. Records stored one file each are folded into
+        the log, then removed. A crash leaves the old log or the new one (and,
+        at worst, record files that the new log holds too).
         """
+        changes = dict(changes or {})
         thread_key = self._thread_dir_key(prefix)
         if thread_key is None:
+            self.files.compact(prefix, changes=changes)
             return
+        if any(self._thread_dir_key(key) != thread_key for key in changes):
+            raise ValueError(f"compact({prefix!r}) changes records of another thread")
         log = self._log(thread_key)
         if not os.path.isdir(log.directory):
+            if any(data is not None for data in changes.values()):
+                self.write_many([(k, d) for k, d in changes.items() if d is not None])
             return
         with log.lock, self._appending(log):
             self._refresh(log)
@@ -710,13 +718,18 @@ class FileStorage:
             folded: list[str] = []
             for key in log.index.keys_under(thread_key):
                 where = log.index[key]
+                if isinstance(where, str):
+                    folded.append(where)
+                if key in changes:
+                    continue  # taken from changes below, or deleted
                 data = self.read(key)
                 if data is None or isinstance(where, _DamagedEntry):
                     continue  # damaged: the saver reports and quarantines it, not this
-                if isinstance(where, str):
-                    folded.append(where)
                 live.append((where[0] if isinstance(where, tuple) else -1, key, data))
             live.sort()
+            # new bytes go last, in key order: a checkpoint after the records it refers to
+            end = len(live)
+            live += [(end, key, data) for key, data in sorted(changes.items()) if data is not None]
             temp = f"{log.directory}/{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-{secrets.token_hex(8)}"
             try:
                 fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
@@ -738,6 +751,26 @@ class FileStorage:
             for path in [*folded, *log.shadowed.values()]:
                 remove_quietly(path)
             self._refresh(log)
+
+    def usage(self, prefix: str) -> int:
+        """Bytes of the records at ``prefix`` or under it, from the key directory (no read)."""
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            return self.files.usage(prefix)
+        log = self._log(thread_key)
+        total = 0
+        with log.lock:
+            self._refresh(log)
+            keys = [prefix] if prefix in log.index else []
+            for key in [*keys, *log.index.keys_under(prefix)]:
+                where = log.index[key]
+                if isinstance(where, tuple):
+                    total += where[1]
+                elif isinstance(where, _DamagedEntry):
+                    total += len(where.data)
+                else:
+                    total += len(self.read(key) or b"")
+        return total
 
     def __repr__(self) -> str:
         return f"FileStorage({str(self.root)!r}, fsync={self.fsync})"

@@ -1,0 +1,537 @@
+"""Retention: ``sweep`` expires and trims threads as its policy says, and nothing else.
+
+Real graphs on every backend (files, memory, S3), their checkpoints written at
+times set with ``time_machine`` (LangGraph stamps each checkpoint's ``ts`` with
+the clock), and each sweep judged at a ``now`` of the test's choosing: no test
+sleeps. What must hold:
+
+* a thread idle longer than ``idle``, or older than ``max_age``, is deleted (or
+  kept to its newest checkpoint); the others stay exactly as they were;
+* ``keep_last`` keeps the newest checkpoints of each namespace, each reading
+  back exactly as before, with what a resume needs (an ``interrupt()`` thread
+  still resumes; a subgraph's namespace is trimmed on its own; a
+  ``DeltaChannel`` still rebuilds the same value);
+* pinned and exempt threads are left alone, and a thread written by another
+  process while the sweep runs is skipped;
+* a dry run reports exactly what the real sweep then does, and changes no byte;
+* a sweep killed with SIGKILL leaves each thread as it was or as the policy says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+import time_machine
+from echo_graph import build_graph
+from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_verified import (
+    MemoryStorage,
+    RetentionPolicy,
+    SweepReport,
+    VerifiedSaver,
+)
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+DAY = timedelta(days=1)
+BACKENDS = ["files", "memory", "s3"]
+
+
+def config(thread_id: str, **metadata: Any) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}, "metadata": metadata}
+
+
+@pytest.fixture(params=BACKENDS)
+def open_saver(request, tmp_path: Path) -> Callable[[], VerifiedSaver]:
+    """Opens a saver on one store; each call opens it again (same records)."""
+    memory = MemoryStorage()
+    if request.param == "s3":
+        endpoint, bucket = request.getfixturevalue("s3_bucket")
+        from test_s3 import s3_storage
+
+        return lambda: VerifiedSaver(storage=s3_storage(endpoint, bucket))
+    if request.param == "memory":
+        return lambda: VerifiedSaver(storage=memory)
+    return lambda: VerifiedSaver(tmp_path / "store")
+
+
+def chat(saver: VerifiedSaver, thread_id: str, turns: int, at: datetime, **metadata: Any) -> None:
+    """``turns`` turns of the echo chat, one a minute from ``at``."""
+    graph = build_graph(saver)
+    for turn in range(turns):
+        with time_machine.travel(at + timedelta(minutes=turn)):
+            graph.invoke(
+                {"messages": [("user", f"{thread_id} {turn}")]}, config(thread_id, **metadata)
+            )
+
+
+def snapshot(saver: VerifiedSaver, thread_id: str) -> dict[tuple[str, str], Any]:
+    """Every checkpoint of a thread that verifies: what a read of it returns."""
+    return {
+        (t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"]): (
+            t.checkpoint["channel_values"],
+            t.metadata,
+            t.parent_config,
+            t.pending_writes,
+        )
+        for t in saver.list({"configurable": {"thread_id": thread_id}})
+    }
+
+
+def test_idle_and_old_threads_expire_and_the_others_stay_exactly(open_saver):
+    saver = open_saver()
+    chat(saver, "idle", 3, T0)  # last written T0 + 2 min
+    chat(saver, "old", 2, T0)  # first written T0 ...
+    chat(saver, "old", 1, T0 + 50 * DAY)  # ... but written again since
+    chat(saver, "fresh", 3, T0 + 50 * DAY)
+    before = {t: snapshot(saver, t) for t in ("old", "fresh")}
+    idle_checkpoints = len(snapshot(saver, "idle"))
+    now = T0 + 60 * DAY
+
+    idle_only = saver.sweep(RetentionPolicy(idle=30 * DAY), now=now)
+    assert idle_only.threads_deleted == ["idle"]
+    assert idle_only.checkpoints_dropped == idle_checkpoints
+    assert idle_only.bytes_freed > 0
+
+    reopened = open_saver()
+    assert reopened.get_tuple(config("idle")) is None
+    assert "idle" not in reopened.engine.thread_ids()
+    assert {t: snapshot(reopened, t) for t in ("old", "fresh")} == before
+
+    aged = reopened.sweep(RetentionPolicy(max_age=55 * DAY), now=now)
+    assert aged.threads_deleted == ["old"]
+    assert snapshot(open_saver(), "fresh") == before["fresh"]
+
+
+def test_expiry_may_keep_the_latest_checkpoint_instead(open_saver):
+    saver = open_saver()
+    chat(saver, "t", 4, T0)
+    newest = saver.get_tuple(config("t"))
+    count = len(snapshot(saver, "t"))
+    report = saver.sweep(RetentionPolicy(idle=DAY, on_expiry="keep_latest"), now=T0 + 2 * DAY)
+    assert report.threads_deleted == []
+    assert report.threads_trimmed == {"t": count - 1}
+    assert report.checkpoints_dropped == count - 1
+    reopened = open_saver()
+    assert [t.config for t in reopened.list(config("t"))] == [newest.config]
+    assert reopened.get_tuple(config("t")) == newest
+    # and the chat goes on from it
+    build_graph(reopened).invoke({"messages": [("user", "again")]}, config("t"))
+    assert reopened.get_tuple(config("t")).checkpoint["channel_values"]["turns"] == 5
+
+
+def test_keep_last_keeps_the_newest_checkpoints_each_exactly_as_before(open_saver):
+    saver = open_saver()
+    chat(saver, "long", 10, T0)
+    chat(saver, "short", 1, T0)
+    before = snapshot(saver, "long")
+    short_before = snapshot(saver, "short")
+    report = saver.sweep(RetentionPolicy(keep_last=3), now=T0 + DAY)
+    kept = sorted(before, key=lambda key: key[1], reverse=True)[:3]
+    assert report.threads_trimmed == {"long": len(before) - 3}
+    assert report.checkpoints_dropped == len(before) - 3
+    reopened = open_saver()
+    assert snapshot(reopened, "long") == {key: before[key] for key in kept}
+    assert snapshot(reopened, "short") == short_before
+    assert reopened.verify().ok
+    # a second sweep has nothing left to do
+    assert reopened.sweep(RetentionPolicy(keep_last=3), now=T0 + DAY).checkpoints_dropped == 0
+
+
+def test_pinned_and_exempt_threads_are_left_alone(open_saver):
+    saver = open_saver()
+    chat(saver, "pinned", 2, T0, pinned=True)
+    chat(saver, "vip", 2, T0, customer="vip")
+    chat(saver, "other", 2, T0)
+    policy = RetentionPolicy(
+        idle=DAY, exempt=lambda thread_id, metadata: metadata.get("customer") == "vip"
+    )
+    report = saver.sweep(policy, now=T0 + 2 * DAY)
+    assert report.threads_deleted == ["other"]
+    assert report.skipped == {
+        "pinned": "pinned (metadata 'pinned')",
+        "vip": "exempt (the policy's exempt callback)",
+    }
+    assert open_saver().get_tuple(config("pinned")) is not None
+    unpinned = RetentionPolicy(idle=DAY, pin_key=None)
+    assert saver.sweep(unpinned, now=T0 + 2 * DAY).threads_deleted == ["pinned", "vip"]
+
+
+def test_limit_and_dry_run_report_exactly_what_the_sweep_does(open_saver, tmp_path):
+    saver = open_saver()
+    for n in range(4):
+        chat(saver, f"idle-{n}", 2 + n, T0)
+    chat(saver, "busy", 6, T0 + 10 * DAY)
+    policy = RetentionPolicy(idle=5 * DAY, keep_last=2)
+    now = T0 + 11 * DAY
+    fingerprint = store_fingerprint(saver)
+    planned = saver.sweep(policy, now=now, limit=3, dry_run=True)
+    assert store_fingerprint(saver) == fingerprint  # a dry run changes nothing at all
+    assert planned.dry_run
+    done = saver.sweep(policy, now=now, limit=3)
+    assert {**planned.to_dict(), "dry_run": False} == done.to_dict()
+    # threads in name order: "busy" is trimmed, two idle ones deleted, then the limit
+    assert done.threads_deleted == ["idle-0", "idle-1"]
+    assert list(done.threads_trimmed) == ["busy"]
+    assert done.skipped == dict.fromkeys(
+        ["idle-2", "idle-3"], "not swept: the sweep's limit of 3 threads"
+    )
+    rest = open_saver().sweep(policy, now=now)
+    assert rest.threads_deleted == ["idle-2", "idle-3"] and rest.threads_trimmed == {}
+
+
+def store_fingerprint(saver: VerifiedSaver) -> dict[str, str]:
+    """A digest of every record of the store, by key."""
+    storage = saver.storage
+    return {
+        key: hashlib.sha256(storage.read(key) or b"").hexdigest() for key in storage.walk("threads")
+    }
+
+
+# -- what a resume needs -----------------------------------------------------------------
+
+
+class Review(TypedDict):
+    draft: str
+    approved: bool
+
+
+def build_review(checkpointer: Any) -> Any:
+    def write(state: Review) -> dict[str, Any]:
+        return {"draft": state["draft"] + "!"}
+
+    def approve(state: Review) -> dict[str, Any]:
+        return {"approved": interrupt({"draft": state["draft"]})}
+
+    builder = StateGraph(Review)
+    builder.add_node("write", write)
+    builder.add_node("approve", approve)
+    builder.add_edge(START, "write")
+    builder.add_edge("write", "approve")
+    builder.add_edge("approve", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def test_a_thread_waiting_at_an_interrupt_still_resumes_after_keep_last_one(open_saver):
+    saver = open_saver()
+    graph = build_review(saver)
+    reference = build_review(InMemorySaver())
+    for target in (graph, reference):
+        target.invoke({"draft": "a", "approved": False}, config("review"))
+        target.invoke({"draft": "b", "approved": False}, config("review"))
+    assert saver.sweep(RetentionPolicy(keep_last=1), now=T0).checkpoints_dropped > 0
+    resumed = build_review(open_saver()).invoke(Command(resume=True), config("review"))
+    assert resumed == reference.invoke(Command(resume=True), config("review"))
+
+
+class Outer(TypedDict):
+    text: str
+    log: list[str]
+
+
+def build_nested(checkpointer: Any) -> Any:
+    def inner_step(state: Outer) -> dict[str, Any]:
+        answer = interrupt("go on?")
+        return {"text": state["text"] + f" inner:{answer}", "log": [*state["log"], "inner"]}
+
+    inner = StateGraph(Outer)
+    inner.add_node("inner_step", inner_step)
+    inner.add_edge(START, "inner_step")
+    sub = inner.compile()
+
+    def outer_step(state: Outer) -> dict[str, Any]:
+        return {"log": [*state["log"], "outer"]}
+
+    outer = StateGraph(Outer)
+    outer.add_node("outer_step", outer_step)
+    outer.add_node("sub", sub)
+    outer.add_edge(START, "outer_step")
+    outer.add_edge("outer_step", "sub")
+    outer.add_edge("sub", END)
+    return outer.compile(checkpointer=checkpointer)
+
+
+def test_subgraph_namespaces_are_trimmed_each_on_their_own_and_resume(open_saver):
+    saver = open_saver()
+    graph, reference = build_nested(saver), build_nested(InMemorySaver())
+    for target in (graph, reference):
+        for n in range(3):
+            target.invoke({"text": f"t{n}", "log": []}, config("nested"))
+            target.invoke(Command(resume=n), config("nested"))
+        target.invoke({"text": "last", "log": []}, config("nested"))  # waits in the subgraph
+    namespaces = {ns for ns, _ in snapshot(saver, "nested")}
+    assert len(namespaces) > 1  # the subgraph's checkpoints have a namespace of their own
+    saver.sweep(RetentionPolicy(keep_last=2), now=T0)
+    reopened = open_saver()
+    kept = snapshot(reopened, "nested")
+    for ns in namespaces:
+        assert 1 <= sum(1 for n, _ in kept if n == ns) <= 2
+    state = build_nested(reopened).get_state(config("nested"), subgraphs=True)
+    assert (
+        state.tasks[0].state.values
+        == reference.get_state(config("nested"), subgraphs=True).tasks[0].state.values
+    )
+    assert build_nested(reopened).invoke(Command(resume="x"), config("nested")) == (
+        reference.invoke(Command(resume="x"), config("nested"))
+    )
+
+
+def extend(state: list, batches: list[list]) -> list:
+    out = list(state)
+    for batch in batches:
+        out.extend(batch)
+    return out
+
+
+class Items(TypedDict):
+    items: Annotated[list, DeltaChannel(extend, snapshot_frequency=4)]
+    count: int
+
+
+def build_items(checkpointer: Any) -> Any:
+    def add(state: Items) -> dict[str, Any]:
+        return {"items": [f"i{state['count']}"], "count": state["count"] + 1}
+
+    def again(state: Items) -> str:
+        return "add" if state["count"] % 5 else END
+
+    builder = StateGraph(Items)
+    builder.add_node("add", add)
+    builder.add_edge(START, "add")
+    builder.add_conditional_edges("add", again, ["add", END])
+    return builder.compile(checkpointer=checkpointer)
+
+
+def test_keep_last_keeps_what_a_delta_channel_is_rebuilt_from(open_saver):
+    saver = open_saver()
+    graph = build_items(saver)
+    graph.invoke({"items": [], "count": 0}, config("delta"))
+    graph.invoke({"count": 1}, config("delta"))
+    history = {
+        s.config["configurable"]["checkpoint_id"]: s.values
+        for s in graph.get_state_history(config("delta"))
+    }
+    report = saver.sweep(RetentionPolicy(keep_last=2), now=T0)
+    assert report.checkpoints_dropped > 0
+    kept = build_items(open_saver())
+    newest = sorted(history, reverse=True)[:2]
+    for checkpoint_id in newest:
+        at = {"configurable": {"thread_id": "delta", "checkpoint_id": checkpoint_id}}
+        assert kept.get_state(at).values == history[checkpoint_id]
+    # the ancestors the newest ones are rebuilt from were kept: more than two remain
+    remaining = [
+        s.config["configurable"]["checkpoint_id"] for s in kept.get_state_history(config("delta"))
+    ]
+    assert set(newest) <= set(remaining) and len(remaining) > 2
+    # dry run and real run agree where delta channels keep ancestors
+    again = open_saver()
+    assert again.sweep(RetentionPolicy(keep_last=2), now=T0, dry_run=True).checkpoints_dropped == 0
+
+
+async def test_asweep_is_the_same_sweep(open_saver):
+    saver = open_saver()
+    chat(saver, "a", 2, T0)
+    chat(saver, "b", 2, T0 + 10 * DAY)
+    report = await saver.asweep(RetentionPolicy(idle=5 * DAY), now=T0 + 11 * DAY)
+    assert isinstance(report, SweepReport) and report.threads_deleted == ["a"]
+
+
+# -- safety ------------------------------------------------------------------------------
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    from echo_graph import build_graph
+    from langgraph_checkpoint_verified import VerifiedSaver
+    graph = build_graph(VerifiedSaver({store!r}))
+    graph.invoke({{"messages": [("user", "still here")]}},
+                 {{"configurable": {{"thread_id": "busy"}}}})
+    """
+)
+
+
+def test_a_thread_written_by_another_process_during_the_sweep_is_left_alone(tmp_path):
+    """The sweep judges ``busy`` idle; before it takes the thread's lock, another process
+    writes a checkpoint to it (started from the policy's ``exempt`` callback, which
+    the sweep calls while judging): the sweep must see it and leave the thread."""
+    store = tmp_path / "store"
+    saver = VerifiedSaver(store)
+    chat(saver, "busy", 2, T0)
+    chat(saver, "gone", 2, T0)
+    script = WRITER.format(tests=str(Path(__file__).parent), store=str(store))
+
+    def write_meanwhile(thread_id: str, metadata: Any) -> bool:
+        if thread_id == "busy":
+            subprocess.run([sys.executable, "-c", script], check=True)
+        return False
+
+    report = saver.sweep(RetentionPolicy(idle=DAY, exempt=write_meanwhile), now=T0 + 2 * DAY)
+    assert report.threads_deleted == ["gone"]
+    assert report.skipped == {"busy": "written during the sweep: in use, left alone"}
+    latest = VerifiedSaver(store).get_tuple(config("busy"))
+    assert latest.checkpoint["channel_values"]["messages"][-2].content == "still here"
+
+
+SWEEPER = textwrap.dedent(
+    """
+    import sys
+    from datetime import datetime, timedelta
+    from langgraph_checkpoint_verified import RetentionPolicy, VerifiedSaver
+    saver = VerifiedSaver(sys.argv[1])
+    real_compact = saver.storage.compact
+
+    def compact(prefix, *, changes=None):
+        print(prefix, flush=True)  # the parent kills somewhere after this line
+        real_compact(prefix, changes=changes)
+
+    saver.storage.compact = compact
+    policy = RetentionPolicy(idle=timedelta(days=5), keep_last=2)
+    saver.sweep(policy, now=datetime.fromisoformat(sys.argv[2]))
+    print("done", flush=True)
+    """
+)
+SEED = 20261125
+
+
+def test_a_sweep_killed_at_random_moments_leaves_each_thread_whole_or_swept(tmp_path):
+    """SIGKILL at a random point of each of several sweeps: every thread reads back
+    exactly as before, or exactly as the sweep would leave it; a sweep run again
+    then finishes the job, and the store verifies."""
+    origin = tmp_path / "origin"
+    saver = VerifiedSaver(origin)
+    threads = [f"t{n}" for n in range(6)]
+    for n, thread_id in enumerate(threads):
+        chat(saver, thread_id, 3 + n, T0 + (0 if n % 2 else 10) * DAY)
+    now = T0 + 11 * DAY
+    policy = RetentionPolicy(idle=5 * DAY, keep_last=2)
+    before = {t: snapshot(saver, t) for t in threads}
+    expected_dir = tmp_path / "expected"
+    shutil.copytree(origin, expected_dir)
+    expected_saver = VerifiedSaver(expected_dir)
+    expected_saver.sweep(policy, now=now)
+    expected = {t: snapshot(expected_saver, t) for t in threads}
+    assert all(expected[t] != before[t] for t in threads)  # every thread is changed
+    rng = random.Random(SEED)
+    for attempt in range(4):
+        store = tmp_path / f"killed-{attempt}"
+        shutil.copytree(origin, store)
+        child = subprocess.Popen(
+            [sys.executable, "-c", SWEEPER, str(store), now.isoformat()],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        for _ in range(rng.randrange(1, len(threads) + 1)):
+            if not child.stdout.readline():
+                break  # it finished first
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        after = VerifiedSaver(store)
+        for thread_id in threads:
+            found = snapshot(after, thread_id)
+            assert found in (before[thread_id], expected[thread_id]), thread_id
+        after.sweep(policy, now=now)
+        finished = VerifiedSaver(store)
+        assert {t: snapshot(finished, t) for t in threads} == expected
+        assert finished.verify().ok
+        assert not [p for p in store.rglob("*") if p.name.startswith(".tmp-")]
+
+
+# -- the background sweeper --------------------------------------------------------------
+
+
+def test_a_background_sweeper_sweeps_with_the_saver_and_stops_with_it(tmp_path):
+    store = tmp_path / "store"
+    chat(VerifiedSaver(store), "ancient", 2, datetime(2020, 1, 1, tzinfo=timezone.utc))
+    reports: list[SweepReport] = []
+    saver = VerifiedSaver(
+        store,
+        retention=RetentionPolicy(idle=30 * DAY),
+        sweep_interval=3600,
+        on_sweep=reports.append,
+    )
+    assert saver.sweeper is not None
+    assert saver.sweeper.wait_for_sweeps(1, timeout=300)
+    assert reports[0].threads_deleted == ["ancient"]
+    # a second saver on the same store shares the one sweeper
+    other = VerifiedSaver(store, retention=RetentionPolicy(idle=DAY))
+    assert other.sweeper is saver.sweeper
+    other.close()
+    assert saver.sweeper.users == 1
+    saver.close()
+    assert saver.sweeper.users == 0
+    assert saver.sweeper.thread is not None and not saver.sweeper.thread.is_alive()
+
+
+async def test_a_saver_made_on_an_event_loop_sweeps_in_a_task(tmp_path):
+    store = tmp_path / "store"
+    chat(VerifiedSaver(store), "ancient", 2, datetime(2020, 1, 1, tzinfo=timezone.utc))
+    swept = asyncio.Event()
+    saver = VerifiedSaver(
+        store,
+        retention=RetentionPolicy(idle=30 * DAY),
+        sweep_interval=3600,
+        on_sweep=lambda report: swept.set(),
+    )
+    assert saver.sweeper is not None and saver.sweeper.task is not None
+    await asyncio.wait_for(swept.wait(), 300)
+    assert saver.get_tuple(config("ancient")) is None
+    saver.close()
+    await asyncio.wait_for(saver.sweeper.task, 300)
+
+
+def test_a_policy_says_clearly_what_is_wrong():
+    with pytest.raises(ValueError, match="idle must be a positive datetime.timedelta"):
+        RetentionPolicy(idle=30)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="keep_last must be an int >= 1"):
+        RetentionPolicy(keep_last=0)
+    with pytest.raises(ValueError, match="on_expiry must be"):
+        RetentionPolicy(on_expiry="archive")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sweep needs a RetentionPolicy"):
+        VerifiedSaver.in_memory().sweep()
+
+
+def test_prune_takes_the_servers_own_word_for_delete(tmp_path):
+    saver = VerifiedSaver(tmp_path / "store")
+    chat(saver, "t", 2, T0)
+    saver.prune(["t"], strategy="delete_all")
+    assert saver.get_tuple(config("t")) is None
+
+
+def test_a_sweep_on_a_bucket_costs_a_few_requests_a_thread(fault_proxy, s3_bucket):
+    """Counted at the S3 proxy, by a saver that has read nothing yet (another machine)."""
+    from test_s3 import s3_storage
+
+    _, bucket = s3_bucket
+    writer = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    for n in range(4):
+        chat(writer, f"t{n}", 3, T0 + (0 if n % 2 else 10) * DAY)
+    sweeper = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    fault_proxy.clear_counts()
+    report = sweeper.sweep(RetentionPolicy(idle=5 * DAY), now=T0 + 11 * DAY)
+    assert report.threads_deleted == ["t1", "t3"]
+    per_thread = {op: n / 4 for op, n in fault_proxy.counts.items() if n}
+    # judging a thread: its namespaces, its newest checkpoint's name (after the
+    # namespace's head), that record; deleting one: its names again (the re-check),
+    # its records and sizes, and one batched DELETE
+    assert fault_proxy.counts["GET"] == 4 * 2
+    assert fault_proxy.counts["DELETE"] == 2
+    assert fault_proxy.counts["LIST"] <= 1 + 4 * 3 + 2 * 7, per_thread
+    assert fault_proxy.counts["PUT"] == 0

@@ -69,7 +69,7 @@ def test_a_tool_asks_for_its_key_without_raising_under_either_node():
 
 
 def test_the_wrong_checkpointer_is_named_with_the_right_article():
-    graph = tool_graph(VerifiedToolNode([send]), InMemorySaver())
+    graph = tool_graph(VerifiedToolNode([send], require_records=True), InMemorySaver())
     with pytest.raises(TypeError, match="an InMemorySaver") as raised:
         graph.invoke({"messages": []}, {"configurable": {"thread_id": "t"}})
     assert "a InMemorySaver" not in str(raised.value)

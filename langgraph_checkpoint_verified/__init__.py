@@ -1,6 +1,7 @@
 """A LangGraph checkpointer that verifies every record it reads, recovers past damage,
 and runs side effects once."""
 
+from langgraph_checkpoint_verified.cache import VerifiedCache
 from langgraph_checkpoint_verified.engine import (
     Damage,
     RecoveryStats,
@@ -56,6 +57,7 @@ __all__ = [
     "SweepReport",
     "ToolOutcomeUnknownError",
     "UnusableCheckpoint",
+    "VerifiedCache",
     "VerifiedSaver",
     "VerifiedSaverError",
     "VerifiedToolNode",

@@ -87,6 +87,8 @@ def kind_name(key: str) -> str | None:
         return "tool_result"
     if key.endswith(".intent"):
         return "tool_intent"
+    if key.endswith(".entry"):
+        return "cache_entry"
     return None
 
 

@@ -69,6 +69,7 @@ class RecordKind(enum.IntEnum):
     TOOL_INTENT = 4
     QUARANTINE_REASON = 5
     STORE_MARKER = 6
+    CACHE_ENTRY = 7
 
 
 @dataclass(frozen=True)

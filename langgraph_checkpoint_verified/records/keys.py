@@ -185,6 +185,37 @@ def tool_record_key(thread_id: str, checkpoint_ns: str, tool_call_id: str, kind:
     )
 
 
+CACHE_PREFIX = "cache"
+"""Where ``VerifiedCache`` keeps its entries, beside ``threads/`` and outside every log."""
+CACHE_ENTRY_SUFFIX = ".entry"
+
+
+def cache_namespace_prefix(namespace: tuple[str, ...]) -> str:
+    """The directory of a cache namespace: ``cache/`` and one segment per part.
+
+    Example:
+        >>> cache_namespace_prefix(("__pregel_ns_writes", "My node"))
+        'cache/__pregel_ns_writes/~4dy~20node'
+        >>> cache_namespace_prefix(())
+        'cache'
+    """
+    return "/".join([CACHE_PREFIX, *(encode_segment(part) for part in namespace)])
+
+
+def cache_entry_key(namespace: tuple[str, ...], key: str) -> str:
+    """Where the cache entry ``key`` of ``namespace`` lives.
+
+    The entry's name ends in ``.entry``, which no encoded segment can: the
+    entry ``k`` of namespace ``("a",)`` and the namespace ``("a", "k")`` never
+    share a name, as a file and a directory could not.
+
+    Example:
+        >>> cache_entry_key(("ns",), "../x")
+        'cache/ns/~2e~2e~2fx.entry'
+    """
+    return f"{cache_namespace_prefix(namespace)}/{encode_segment(key)}{CACHE_ENTRY_SUFFIX}"
+
+
 def checkpoint_id_of(name: str) -> str | None:
     """The checkpoint id a ``*.ckpt`` file name stands for, if it can be decoded."""
     if not name.endswith(CHECKPOINT_SUFFIX) or name.startswith(TEMP_PREFIX):

@@ -13,7 +13,6 @@ it does not use the saver, so a graph can have a cache without a checkpointer.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -36,8 +35,8 @@ from langgraph_checkpoint_verified.records.format import (
     pack,
     unpack,
 )
-from langgraph_checkpoint_verified.storage import FileStorage, MemoryStorage, ObjectStorage, Storage
-from langgraph_checkpoint_verified.storage.async_bridge import run_core
+from langgraph_checkpoint_verified.storage import MemoryStorage, Storage, open_storage
+from langgraph_checkpoint_verified.storage.crossing import run_off_loop
 
 T = TypeVar("T")
 
@@ -125,11 +124,7 @@ class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncCont
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
         if storage is None:
-            storage = (
-                ObjectStorage(path)
-                if isinstance(path, str) and path.startswith("s3://")
-                else FileStorage(path, fsync=fsync)  # type: ignore[arg-type]
-            )
+            storage = open_storage(path, fsync=fsync)  # type: ignore[arg-type]
         self.storage = storage
         self.codec = Codec(key, compression_level=compression_level)
         self.reporter = DamageReporter(
@@ -310,12 +305,7 @@ class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncCont
         return typed
 
     async def _run_async(self, fn: Callable[..., T], *args: Any) -> T:
-        # One crossing per call, as the saver's Engine.run_async: a worker thread
-        # for files and memory, the event loop itself for a store that awaits its
-        # requests (storage.async_bridge).
-        if getattr(self.storage, "awaits_io", False):
-            return await run_core(fn, *args)
-        return await asyncio.to_thread(fn, *args)
+        return await run_off_loop(self.storage, fn, *args)
 
     def _check_open(self) -> None:
         if self._closed:

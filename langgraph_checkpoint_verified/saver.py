@@ -57,7 +57,7 @@ from langgraph_checkpoint_verified.engine.verify import VerifyReport, verify_sto
 from langgraph_checkpoint_verified.errors import VerifiedSaverError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import DEFAULT_COMPRESSION_LEVEL, Codec
-from langgraph_checkpoint_verified.storage import FileStorage, MemoryStorage, ObjectStorage, Storage
+from langgraph_checkpoint_verified.storage import MemoryStorage, Storage, open_storage
 
 _ALLOWLIST_CLONES = 64
 """``with_allowlist`` clones kept per saver (a graph and each subgraph ask for one)."""
@@ -155,11 +155,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
         if storage is None:
-            storage = (
-                ObjectStorage(path)
-                if isinstance(path, str) and path.startswith("s3://")
-                else FileStorage(path, fsync=fsync)  # type: ignore[arg-type]
-            )
+            storage = open_storage(path, fsync=fsync)  # type: ignore[arg-type]
         codec = Codec(key, compression_level=compression_level)
         self.engine = Engine(
             storage,

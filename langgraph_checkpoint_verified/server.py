@@ -54,12 +54,16 @@ from langgraph_checkpoint_verified.engine import RetentionPolicy
 from langgraph_checkpoint_verified.engine.retention import Expiry
 from langgraph_checkpoint_verified.errors import StoreKeyError
 from langgraph_checkpoint_verified.saver import VerifiedSaver
+from langgraph_checkpoint_verified.store import VerifiedStore
 
 STORE_ENV = "LANGGRAPH_VERIFIED_STORE"
 """Environment variable naming the store directory."""
 
 KEY_FILE_ENV = "LANGGRAPH_VERIFIED_KEY_FILE"
 """Environment variable naming a file that holds the store's secret key."""
+
+STORE_CONFIG_ENV = "LANGGRAPH_STORE"
+"""The ``store`` block of ``langgraph.json``, as JSON (set by ``langgraph dev``)."""
 
 CHECKPOINTER_ENV = "LANGGRAPH_CHECKPOINTER"
 """The ``checkpointer`` block of ``langgraph.json``, as JSON (set by ``langgraph dev``)."""
@@ -158,6 +162,40 @@ def _minutes(value: Any, name: str) -> float:
     return minutes
 
 
+def _location_and_key(env: Mapping[str, str]) -> tuple[str | Path, bytes | None, str | None]:
+    """The store the environment names, its key (if any) and the key file it came from."""
+    named = env.get(STORE_ENV) or DEFAULT_STORE
+    store: str | Path = named if named.startswith("s3://") else Path(named).expanduser().resolve()
+    key_file = env.get(KEY_FILE_ENV) or None
+    key = None
+    if key_file is not None:
+        try:
+            key = Path(key_file).expanduser().read_bytes()
+        except OSError as exc:
+            raise ValueError(
+                f"cannot read the key file named by {KEY_FILE_ENV} ({key_file}): "
+                f"{exc.strerror or exc}; fix the path or unset {KEY_FILE_ENV}"
+            ) from None
+    return store, key, key_file
+
+
+def _key_advice(
+    exc: StoreKeyError, store: str | Path, key: bytes | None, key_file: str | None
+) -> StoreKeyError:
+    # The saver's advice names its key= argument; here the key comes from the environment.
+    if exc.store_is_keyed and key is None:
+        advice = f"it was written with a key: set {KEY_FILE_ENV} to the file holding it"
+    elif not exc.store_is_keyed:
+        advice = f"it was written without a key: unset {KEY_FILE_ENV} (now {key_file})"
+    else:
+        advice = f"{KEY_FILE_ENV} names {key_file}, which does not hold this store's key"
+    return StoreKeyError(
+        f"cannot open {store}: {advice}",
+        store_is_keyed=exc.store_is_keyed,
+        marker=exc.marker,
+    )
+
+
 def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> VerifiedSaver:
     """Open the ``VerifiedSaver`` that the environment names (blocking).
 
@@ -191,18 +229,7 @@ def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> V
         StopIteration
     """
     env = os.environ if environ is None else environ
-    named = env.get(STORE_ENV) or DEFAULT_STORE
-    store: str | Path = named if named.startswith("s3://") else Path(named).expanduser().resolve()
-    key_file = env.get(KEY_FILE_ENV) or None
-    key = None
-    if key_file is not None:
-        try:
-            key = Path(key_file).expanduser().read_bytes()
-        except OSError as exc:
-            raise ValueError(
-                f"cannot read the key file named by {KEY_FILE_ENV} ({key_file}): "
-                f"{exc.strerror or exc}; fix the path or unset {KEY_FILE_ENV}"
-            ) from None
+    store, key, key_file = _location_and_key(env)
     ttl = retention_from_env(env)
     if ttl is not None and "retention" not in options:
         # one sweeper per store, however many savers the server opens on it
@@ -210,18 +237,7 @@ def open_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> V
     try:
         saver = VerifiedSaver(store, key=key, **options)
     except StoreKeyError as exc:
-        # The saver's advice names its key= argument; here the key comes from the environment.
-        if exc.store_is_keyed and key is None:
-            advice = f"it was written with a key: set {KEY_FILE_ENV} to the file holding it"
-        elif not exc.store_is_keyed:
-            advice = f"it was written without a key: unset {KEY_FILE_ENV} (now {key_file})"
-        else:
-            advice = f"{KEY_FILE_ENV} names {key_file}, which does not hold this store's key"
-        raise StoreKeyError(
-            f"cannot open {store}: {advice}",
-            store_is_keyed=exc.store_is_keyed,
-            marker=exc.marker,
-        ) from exc
+        raise _key_advice(exc, store, key, key_file) from exc
     logger.info("VerifiedSaver store: %s (%s)", store, "keyed" if key else "no key")
     if ttl is not None:
         logger.info(
@@ -266,3 +282,84 @@ async def checkpointer() -> AsyncIterator[VerifiedSaver]:
         yield saver
     finally:
         saver.close()
+
+
+def open_store_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> VerifiedStore:
+    """Open the ``VerifiedStore`` that the environment names (blocking).
+
+    The same directory (or bucket) and key as ``open_from_env``: items live under
+    ``store/`` beside the saver's ``threads/``. ``langgraph.json``'s ``store``
+    block, which ``langgraph dev`` hands over as ``LANGGRAPH_STORE``, may carry
+    ``"ttl"`` (LangGraph's ``TTLConfig``) and ``"index"`` (its ``IndexConfig``;
+    a string ``embed`` such as ``"openai:text-embedding-3-small"`` needs
+    LangChain's ``init_embeddings``).
+
+    Args:
+        environ: Where to read the variables; ``os.environ`` by default.
+        **options: Passed on to ``VerifiedStore`` (they win over the block's).
+
+    Raises:
+        ValueError: The key file cannot be read, or ``LANGGRAPH_STORE`` is not JSON.
+        StoreKeyError: The key does not match the store; the message says which
+            variable to change.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     store = open_store_from_env({
+        ...         "LANGGRAPH_VERIFIED_STORE": tmp + "/store",
+        ...         "LANGGRAPH_STORE": '{"ttl": {"default_ttl": 60}}',
+        ...     })
+        ...     store.ttl_config
+        {'default_ttl': 60}
+    """
+    env = os.environ if environ is None else environ
+    store, key, key_file = _location_and_key(env)
+    block = (env.get(STORE_CONFIG_ENV) or "").strip()
+    config = _json(block, STORE_CONFIG_ENV) if block.startswith("{") else {}
+    for name in ("ttl", "index"):
+        if isinstance(config, dict) and config.get(name) and name not in options:
+            options[name] = config[name]
+    try:
+        opened = VerifiedStore(store, key=key, **options)
+    except StoreKeyError as exc:
+        raise _key_advice(exc, store, key, key_file) from exc
+    logger.info("VerifiedStore store: %s (%s)", store, "keyed" if key else "no key")
+    return opened
+
+
+@asynccontextmanager
+async def store() -> AsyncIterator[VerifiedStore]:
+    """A ``VerifiedStore`` for the LangGraph server, configured by the environment.
+
+    Point ``langgraph.json`` at it: ``"store": {"path":
+    "langgraph_checkpoint_verified.server.store"}``. It opens the store directory
+    the checkpointer uses (``open_store_from_env``), on a worker thread, and
+    closes it when the server leaves the context. A ``ttl`` with
+    ``sweep_interval_minutes`` starts the store's TTL sweeper on the server's
+    event loop.
+
+    Yields:
+        The open ``VerifiedStore``.
+
+    Example:
+        >>> import asyncio, os, tempfile
+        >>> async def main(directory):
+        ...     os.environ["LANGGRAPH_VERIFIED_STORE"] = directory
+        ...     try:
+        ...         async with store() as opened:
+        ...             await opened.aput(("users", "ada"), "prefs", {"theme": "dark"})
+        ...             return (await opened.aget(("users", "ada"), "prefs")).value
+        ...     finally:
+        ...         del os.environ["LANGGRAPH_VERIFIED_STORE"]
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     asyncio.run(main(tmp + "/store"))
+        {'theme': 'dark'}
+    """
+    opened = await asyncio.to_thread(open_store_from_env)
+    try:
+        if opened.ttl_config and opened.ttl_config.get("sweep_interval_minutes"):
+            opened.start_ttl_sweeper()
+        yield opened
+    finally:
+        opened.close()

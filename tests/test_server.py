@@ -607,3 +607,47 @@ def test_the_thread_ttl_variable_replaces_the_checkpointer_blocks(tmp_path):
         retention_from_env({"LANGGRAPH_THREAD_TTL": '{"default_ttl": 5, "strategy": "archive"}'})
     with pytest.raises(ValueError, match="default_ttl must be more than 0 minutes"):
         retention_from_env({"LANGGRAPH_THREAD_TTL": "0"})
+
+
+def test_the_store_factory_keeps_items_across_a_sigkill_under_langgraph_dev(app, servers, tmp_path):
+    """``"store": {"path": "langgraph_checkpoint_verified.server.store"}`` in
+    ``langgraph.json``: the SDK's store calls reach a ``VerifiedStore`` on the
+    checkpointer's directory, and every item the server acknowledged is there after
+    the server is killed with SIGKILL and started again."""
+    from langgraph_checkpoint_verified import VerifiedStore
+
+    store = tmp_path / "store"
+    config = json.loads((app / "langgraph.json").read_text())
+    config["store"] = {"path": "langgraph_checkpoint_verified.server.store"}
+    (app / "langgraph_store.json").write_text(json.dumps(config))
+    server = servers(app, store, config="langgraph_store.json")
+    client = server.start()
+    for i in range(6):
+        user = "ada" if i % 2 else "grace"
+        client.store.put_item(["users", user], f"memory-{i}", {"i": i, "user": user})
+    client.store.put_item(["users", "ada", "prefs"], "theme", {"theme": "dark"})
+    assert client.store.get_item(["users", "ada"], "memory-1")["value"] == {"i": 1, "user": "ada"}
+    found = client.store.search_items(["users"], filter={"i": {"$gte": 3}}, limit=10)
+    assert sorted(item["key"] for item in found["items"]) == ["memory-3", "memory-4", "memory-5"]
+    assert client.store.list_namespaces(prefix=["users"])["namespaces"] == [
+        ["users", "ada"],
+        ["users", "ada", "prefs"],
+        ["users", "grace"],
+    ]
+    client.store.delete_item(["users", "grace"], "memory-0")
+    server.kill()
+    # the items are verified records in the checkpointer's directory, under store/
+    assert VerifiedStore(store).get(("users", "ada", "prefs"), "theme").value == {"theme": "dark"}
+    client = server.start()
+    for i in range(1, 6):
+        user = "ada" if i % 2 else "grace"
+        got = client.store.get_item(["users", user], f"memory-{i}")
+        assert got["value"] == {"i": i, "user": user}
+    assert len(client.store.search_items(["users"], limit=100)["items"]) == 6
+    try:  # the SDK answers a missing item with None or a 404, by version
+        deleted = client.store.get_item(["users", "grace"], "memory-0")
+    except NotFoundError:
+        deleted = None
+    assert deleted is None
+    server.stop()
+    assert VerifiedStore(store).stats.damaged_records == 0

@@ -327,3 +327,22 @@ def test_write_not_durable_is_still_a_whole_record(tmp_path, backend):
     assert not storage.write("q/a", b"third", replace=False, durable=False)
     assert storage.read("q/a") == b"second"
     assert storage.list("q") == ["a"]
+
+
+def test_usage_counts_every_record_damaged_ones_included(tmp_path):
+    """``usage`` is what deleting the records frees: their lengths, damaged ones too,
+    without reading them (files: the key directory; S3: a LIST)."""
+    saver = VerifiedSaver(tmp_path / "s")
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    for _ in range(3):
+        config = saver.put(config, generate_checkpoint(), generate_metadata(), {})
+    prefix = record_keys.thread_prefix("t")
+    keys = list(saver.storage.walk(prefix))
+    assert saver.storage.usage(prefix) == sum(len(saver.storage.read(k)) for k in keys)
+    log = tmp_path / "s" / prefix / LOG_NAME
+    entries, _, _ = scan(log.read_bytes())
+    data = bytearray(log.read_bytes())
+    data[entries[1].data_offset + 10] ^= 0xFF  # in the second entry: damage, not a torn tail
+    log.write_bytes(bytes(data))
+    fresh = VerifiedSaver(tmp_path / "s")
+    assert fresh.storage.usage(prefix) == sum(len(fresh.storage.read(k) or b"") for k in keys)

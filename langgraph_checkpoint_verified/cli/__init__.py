@@ -25,6 +25,12 @@ command guarded), ``params`` (the shared typer arguments), one module per comman
 group (``inspect``, ``verify``, ``diff``, ``migrate``, ``state``, ``sweep``, ``export``),
 ``legacy`` (the argparse parser of the older commands) and ``app`` (the typer
 application made of them). Nothing below imports what is above it.
+
+Building the application reads only the commands' signatures, so the modules import
+the saver, the engine, storage, LangGraph and LangChain inside the functions that run
+a command (annotations name them under ``TYPE_CHECKING``): ``--help`` and
+``--version`` load typer and this package's light modules, nothing more
+(``tests/test_cli_startup.py`` counts them).
 """
 
 from __future__ import annotations

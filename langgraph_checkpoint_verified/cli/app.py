@@ -16,7 +16,6 @@ from typing import Annotated
 import typer
 
 from langgraph_checkpoint_verified.cli import export, state, sweep
-from langgraph_checkpoint_verified.cli.legacy import legacy_main
 from langgraph_checkpoint_verified.cli.output import EXIT_ERROR, EXIT_OK, PROG
 from langgraph_checkpoint_verified.cli.params import AsJson, KeyFile, Store
 from langgraph_checkpoint_verified.cli.store import STORE_HELP
@@ -54,7 +53,8 @@ def _click_errors() -> tuple[type[Exception], ...]:
     """The ``ClickException`` classes argument errors may come as.
 
     typer 0.17 to 0.2x runs on click (a dependency of theirs); newer typer ships its
-    own copy and no longer installs click, so click may be absent.
+    own copy and no longer installs click, so click may be absent. Asked for only
+    when a command raised: importing click costs every run, ``--help`` included.
     """
     found: set[type[Exception]] = set()
     try:
@@ -67,9 +67,6 @@ def _click_errors() -> tuple[type[Exception], ...]:
     if vendored is not None:
         found.add(vendored)
     return tuple(found)
-
-
-_CLICK_ERRORS = _click_errors()
 
 
 def run(argv: Sequence[str] | None) -> int:
@@ -88,7 +85,7 @@ def run(argv: Sequence[str] | None) -> int:
         result = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except typer.Exit as exit_:
         return int(exit_.exit_code)
-    except _CLICK_ERRORS as exc:
+    except _click_errors() as exc:
         message = exc.format_message().strip().replace("\n", " ")  # type: ignore[attr-defined]
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return EXIT_ERROR
@@ -102,6 +99,10 @@ def run(argv: Sequence[str] | None) -> int:
 
 
 def _legacy(*argv: str | None) -> int:
+    # imported when one of these commands runs: building the app (and --help) needs
+    # only their signatures, here
+    from langgraph_checkpoint_verified.cli.legacy import legacy_main
+
     # the arguments typer parsed, back to the argparse parser (None: left out)
     return legacy_main([a for a in argv if a is not None])
 

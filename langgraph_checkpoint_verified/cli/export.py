@@ -20,10 +20,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from langgraph_checkpoint_verified.cli import output
 from langgraph_checkpoint_verified.cli.output import EXIT_OK, progress
@@ -37,7 +36,9 @@ from langgraph_checkpoint_verified.cli.store import (
     store_exists,
 )
 from langgraph_checkpoint_verified.records import keys as record_keys
-from langgraph_checkpoint_verified.saver import VerifiedSaver
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_verified.saver import VerifiedSaver
 
 FORMAT = "langgraph-verified-export"
 """The ``format`` of an export's header line."""
@@ -299,6 +300,8 @@ def import_(
             for thread_id in clashing:
                 saver.delete_thread(thread_id)
         else:
+            from langgraph_checkpoint_verified.saver import VerifiedSaver
+
             # every line is checked before the store is made: a refused import leaves nothing
             lines = read_export(VerifiedSaver.in_memory(), file)
             saver = create_or_open(store, key_file)
@@ -345,6 +348,8 @@ def _put_writes(saver: VerifiedSaver, config: Any, line: dict[str, Any]) -> None
     ``put_writes`` numbers regular writes by their position in one call, special ones
     (errors, interrupts) by their kind.
     """
+    from langgraph.checkpoint.base import WRITES_IDX_MAP
+
     writes = sorted(line["writes"], key=lambda write: write["idx"])
     regular = [(w["channel"], w["value"]) for w in writes if w["channel"] not in WRITES_IDX_MAP]
     if regular:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_verified.cli.output import (
     EXIT_OK,
@@ -27,8 +27,10 @@ from langgraph_checkpoint_verified.cli.store import (
     quarantined_count,
     thread_or_fail,
 )
-from langgraph_checkpoint_verified.engine import Damage
-from langgraph_checkpoint_verified.saver import VerifiedSaver
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_verified.engine import Damage
+    from langgraph_checkpoint_verified.saver import VerifiedSaver
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 An argparse command (see ``legacy``): ``run_migrate`` takes the parsed arguments.
 The database is opened read-only; the copy itself is the library's
-(``langgraph_checkpoint_verified.migrate``), fed with the ``writes`` table as it is,
+(``langgraph_checkpoint_verified.migration``), fed with the ``writes`` table as it is,
 ``task_path`` included. The copy is verified afterwards, as ``verify`` would.
 """
 
@@ -11,13 +11,16 @@ from __future__ import annotations
 import argparse
 import sqlite3
 from pathlib import Path
-
-from langgraph.checkpoint.base import SerializerProtocol
+from typing import TYPE_CHECKING
 
 from langgraph_checkpoint_verified.cli.output import EXIT_DAMAGED, EXIT_OK
 from langgraph_checkpoint_verified.cli.store import CommandError, create_or_open, is_object_store
 from langgraph_checkpoint_verified.cli.verify import print_report, verify_progress
-from langgraph_checkpoint_verified.migrate import TaskWrites, copy_threads, group_checkpoints
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import SerializerProtocol
+
+    from langgraph_checkpoint_verified.migration import TaskWrites
 
 
 def run_migrate(args: argparse.Namespace) -> int:
@@ -40,6 +43,8 @@ def run_migrate(args: argparse.Namespace) -> int:
             "migrate reads SqliteSaver databases with langgraph-checkpoint-sqlite, which is "
             "not installed: pip install langgraph-checkpoint-sqlite"
         ) from None
+    from langgraph_checkpoint_verified.migration import copy_threads, group_checkpoints
+
     source = Path(args.source)
     if not source.is_file():
         raise CommandError(f"no SQLite database at {source}")
@@ -98,6 +103,8 @@ def sqlite_pending_writes(
     Returns:
         The writes by ``(thread_id, checkpoint_ns, checkpoint_id)``, then by task id.
     """
+    from langgraph_checkpoint_verified.migration import TaskWrites
+
     columns = {row[1] for row in conn.execute("PRAGMA table_info(writes)")}
     # a database written before SqliteSaver stored task_path reads as '', as SqliteSaver
     # itself reads it

@@ -13,13 +13,16 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
+if TYPE_CHECKING:
+    # annotations only: LangChain, LangGraph and rich are imported by the commands
+    # that run, never by `--help` or `--version`
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import CheckpointTuple
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
 
 PROG = "langgraph-verified"
 """The program's name, as usage and error lines print it."""
@@ -234,6 +237,8 @@ def out() -> Console:
     Returns:
         A new ``Console``; 200 columns wide when stdout is not a terminal.
     """
+    from rich.console import Console
+
     wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
     return Console(
         file=sys.stdout, highlight=False, soft_wrap=True, width=wide, color_system=_colours()
@@ -246,6 +251,8 @@ def err() -> Console:
     Returns:
         A new ``Console``.
     """
+    from rich.console import Console
+
     return Console(file=sys.stderr, highlight=False, color_system=_colours())
 
 
@@ -278,6 +285,8 @@ def progress(description: str) -> Iterator[Progress]:
     Yields:
         The ``Progress``; disabled (never started) when stderr is not a terminal.
     """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -323,6 +332,8 @@ def table(*headers: str, title: str | None = None) -> Table:
     Returns:
         The empty ``Table``.
     """
+    from rich.table import Table
+
     grid = Table(title=title, title_justify="left", header_style="bold")
     for header in headers:
         grid.add_column(header, overflow="fold")

@@ -8,8 +8,7 @@ under ``store.run_guarded``: whatever stops them is one line on stderr and exit 
 
 from __future__ import annotations
 
-import os
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,9 +31,10 @@ from langgraph_checkpoint_verified.cli.store import (
     resolve_id,
     run_guarded,
 )
-from langgraph_checkpoint_verified.engine import maintenance
 from langgraph_checkpoint_verified.records import keys as record_keys
-from langgraph_checkpoint_verified.saver import VerifiedSaver
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_verified.saver import VerifiedSaver
 
 INTERRUPT = "__interrupt__"
 """The channel of the pending writes that hold a thread's interrupts."""
@@ -48,16 +48,10 @@ def record_bytes(saver: VerifiedSaver, prefix: str) -> int:
         prefix: A key prefix, e.g. a thread's.
 
     Returns:
-        The files' sizes, or for object storage the records' lengths.
+        The records' lengths, from the log's key directory (files) or a LIST's
+        sizes (S3): no record is read.
     """
-    total = 0
-    for key in saver.storage.walk(prefix):
-        try:
-            total += os.path.getsize(saver.storage.location(key))
-        except OSError:
-            data = saver.storage.read(key)
-            total += len(data or b"")
-    return total
+    return saver.storage.usage(prefix)
 
 
 def _interrupts(found: Any) -> list[dict[str, Any]]:
@@ -92,9 +86,13 @@ def thread_summaries(saver: VerifiedSaver) -> list[dict[str, Any]]:
     with progress("reading threads") as bar:
         task = bar.add_task("reading threads", total=len(thread_ids))
         for thread_id in thread_ids:
-            found = list(saver.list(output.thread_config(thread_id)))
+            # every record verified, no value deserialized: a summary needs ids and
+            # metadata; only the newest checkpoint is read whole, for its interrupts
+            found = list(saver.engine.list_checkpoints([thread_id], values=False))
             root = [f for f in found if output.namespace(f) == ""]
             newest = max(root or found, key=output.checkpoint_id, default=None)
+            if newest is not None:
+                newest = saver.get_tuple(newest.config) or newest
             summaries.append(
                 {
                     "thread_id": thread_id,
@@ -497,6 +495,8 @@ def prune_plan(saver: VerifiedSaver, thread_id: str, strategy: str) -> int:
     Returns:
         The number of checkpoints the prune would remove.
     """
+    from langgraph_checkpoint_verified.engine import maintenance
+
     if strategy == "keep_latest":
         _, dropped = maintenance.trim_changes(saver.engine, thread_id, keep_last=1)
         return dropped

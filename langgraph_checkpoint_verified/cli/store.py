@@ -22,20 +22,24 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-
-from langgraph.checkpoint.base import CheckpointTuple
+from typing import TYPE_CHECKING
 
 from langgraph_checkpoint_verified.cli.output import EXIT_ERROR, EXIT_OK, PROG, ns_label
-from langgraph_checkpoint_verified.engine.marker import STORE_MARKER_KEY
 from langgraph_checkpoint_verified.errors import (
     StoreKeyError,
     StoreUnavailableError,
     StoreWriteError,
     VerifiedSaverError,
 )
-from langgraph_checkpoint_verified.saver import VerifiedSaver
-from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
-from langgraph_checkpoint_verified.storage.objects import ObjectStorage
+
+if TYPE_CHECKING:
+    # The saver, the engine and storage (and obstore, the [s3] extra, behind
+    # ObjectStorage) are imported when a store is opened, not when the command line
+    # is built: `--help` and `--version` must not pay for them.
+    from langgraph.checkpoint.base import CheckpointTuple
+
+    from langgraph_checkpoint_verified.saver import VerifiedSaver
+    from langgraph_checkpoint_verified.storage.objects import ObjectStorage
 
 STORE_HELP = "the store: a directory, or s3://bucket/prefix (configured by AWS_* variables)"
 """The help of every STORE argument."""
@@ -94,6 +98,9 @@ def open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSave
     Raises:
         CommandError: No store is there, or it needs a key that was not given.
     """
+    from langgraph_checkpoint_verified.engine.marker import STORE_MARKER_KEY
+    from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
+
     if is_object_store(args.store):
         storage = object_storage(args.store)
         # one LIST, before the saver reads or writes anything: a bucket that does not
@@ -126,9 +133,11 @@ def open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSave
 def _open_saver(
     args: argparse.Namespace, where: Path | ObjectStorage, *, quarantine: bool
 ) -> VerifiedSaver:
+    from langgraph_checkpoint_verified.saver import VerifiedSaver
+
     key = read_key(args.key_file)
     try:
-        if isinstance(where, ObjectStorage):
+        if not isinstance(where, Path):
             return VerifiedSaver(storage=where, key=key, quarantine=quarantine)
         return VerifiedSaver(where, key=key, quarantine=quarantine)
     except StoreKeyError as exc:
@@ -150,6 +159,8 @@ def create_or_open(store: str, key_file: str | None) -> VerifiedSaver:
     Returns:
         The opened saver.
     """
+    from langgraph_checkpoint_verified.saver import VerifiedSaver
+
     key = read_key(key_file)
     if is_object_store(store):
         return VerifiedSaver(storage=object_storage(store), key=key)
@@ -203,6 +214,8 @@ def quarantined_count(saver: VerifiedSaver) -> int:
     Returns:
         The number of ``.record`` files under ``quarantine/``.
     """
+    from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
+
     return sum(1 for key in saver.storage.walk(QUARANTINE_PREFIX) if key.endswith(".record"))
 
 
@@ -366,6 +379,9 @@ def object_storage(store: str) -> ObjectStorage:
         CommandError: obstore is not installed, or the URL or an ``AWS_*`` value is refused.
     """
     try:
+        # obstore is the [s3] extra: imported only for an s3:// STORE
+        from langgraph_checkpoint_verified.storage.objects import ObjectStorage
+
         return ObjectStorage(store)
     except ImportError:
         raise CommandError(

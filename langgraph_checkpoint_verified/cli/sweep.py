@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,7 +26,9 @@ from langgraph_checkpoint_verified.cli.output import (
 )
 from langgraph_checkpoint_verified.cli.params import AsJson, KeyFile, Store
 from langgraph_checkpoint_verified.cli.store import CommandError, open_store, run_guarded
-from langgraph_checkpoint_verified.engine import RetentionPolicy, SweepReport
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_verified.engine import SweepReport
 
 DURATION_UNITS = {
     "s": timedelta(seconds=1),
@@ -124,6 +126,8 @@ def sweep(
     """Expire idle or old threads and trim the others to their newest checkpoints."""
 
     def body() -> int:
+        from langgraph_checkpoint_verified.engine import RetentionPolicy
+
         if strategy not in STRATEGIES:
             raise CommandError(f"unknown strategy {strategy!r}; use delete or keep_latest")
         if idle is None and max_age is None and keep_last is None:

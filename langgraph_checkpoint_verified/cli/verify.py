@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from langgraph_checkpoint_verified.cli.output import (
     EXIT_DAMAGED,
@@ -31,10 +32,11 @@ from langgraph_checkpoint_verified.cli.store import (
     open_existing,
     thread_or_fail,
 )
-from langgraph_checkpoint_verified.engine import VerifyReport
 from langgraph_checkpoint_verified.records import keys
-from langgraph_checkpoint_verified.saver import VerifiedSaver
-from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
+
+if TYPE_CHECKING:
+    from langgraph_checkpoint_verified.engine import VerifyReport
+    from langgraph_checkpoint_verified.saver import VerifiedSaver
 
 PROGRESS_MIN_RECORDS = 2000
 """Stores with at least this many records show verification progress on stderr."""
@@ -137,6 +139,8 @@ def run_repair(args: argparse.Namespace) -> int:
         print(f"moved {was_at.get(key) or location(key)}")
         print(f"   to {where}")
         print(f"      (checkpoint that can never load: {unusable.reason})")
+    from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
+
     count = len(moved) + len(checkpoints_moved)
     print(f"quarantined {count} record(s) under {location(QUARANTINE_PREFIX)}")
     after = saver.verify(thread_id)

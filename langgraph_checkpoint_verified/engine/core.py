@@ -16,7 +16,6 @@ functions over an ``Engine``.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -47,8 +46,8 @@ from langgraph_checkpoint_verified.records.values import (
     is_empty,
     load_value,
 )
-from langgraph_checkpoint_verified.storage.async_bridge import run_core
 from langgraph_checkpoint_verified.storage.base import Storage
+from langgraph_checkpoint_verified.storage.crossing import run_off_loop
 from langgraph_checkpoint_verified.storage.log.file_storage import FileStorage
 
 T = TypeVar("T")
@@ -133,14 +132,10 @@ class Engine:
     async def run_async(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run one synchronous engine operation from async code, off the event loop's back.
 
-        Files and memory: on a worker thread (serializing, compressing, hashing
-        and the disk's syncs would otherwise stall the loop). A store reached
-        over the network (``awaits_io``): on the event loop itself, each request
-        awaited through the store's async API (``storage.async_bridge``).
+        One crossing per call (``storage.crossing.run_off_loop``): a worker thread for
+        files and memory, the event loop itself, each request awaited, for S3.
         """
-        if getattr(self.storage, "awaits_io", False):
-            return await run_core(fn, *args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await run_off_loop(self.storage, fn, *args, **kwargs)
 
     # -- names -----------------------------------------------------------------
 

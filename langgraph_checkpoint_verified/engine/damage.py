@@ -89,6 +89,10 @@ def kind_name(key: str) -> str | None:
         return "tool_intent"
     if key.endswith(".entry"):
         return "cache_entry"
+    if key.endswith(".item"):
+        return "store_item"
+    if key.endswith(".touch"):
+        return "store_touch"
     return None
 
 

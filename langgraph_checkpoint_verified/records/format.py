@@ -70,6 +70,8 @@ class RecordKind(enum.IntEnum):
     QUARANTINE_REASON = 5
     STORE_MARKER = 6
     CACHE_ENTRY = 7
+    STORE_ITEM = 8
+    STORE_TOUCH = 9
 
 
 @dataclass(frozen=True)

@@ -216,6 +216,47 @@ def cache_entry_key(namespace: tuple[str, ...], key: str) -> str:
     return f"{cache_namespace_prefix(namespace)}/{encode_segment(key)}{CACHE_ENTRY_SUFFIX}"
 
 
+STORE_PREFIX = "store"
+"""Where ``VerifiedStore`` keeps its items, beside ``threads/`` and ``cache/``."""
+STORE_ITEM_SUFFIX = ".item"
+STORE_TOUCH_SUFFIX = ".touch"
+
+
+def store_namespace_prefix(namespace: tuple[str, ...]) -> str:
+    """The directory of a store namespace: ``store/`` and one segment per label.
+
+    Example:
+        >>> store_namespace_prefix(("users", "Ada Lovelace"))
+        'store/users/~41da~20~4covelace'
+        >>> store_namespace_prefix(())
+        'store'
+    """
+    return "/".join([STORE_PREFIX, *(encode_segment(part) for part in namespace)])
+
+
+def store_item_key(namespace: tuple[str, ...], key: str) -> str:
+    """Where the item ``key`` of ``namespace`` lives.
+
+    The name ends in ``.item``, which no encoded segment can: the item ``k`` of
+    ``("a",)`` and the namespace ``("a", "k")`` never share a name.
+
+    Example:
+        >>> store_item_key(("users", "1"), "../prefs")
+        'store/users/1/~2e~2e~2fprefs.item'
+    """
+    return f"{store_namespace_prefix(namespace)}/{encode_segment(key)}{STORE_ITEM_SUFFIX}"
+
+
+def store_touch_key(namespace: tuple[str, ...], key: str) -> str:
+    """Where the TTL refresh of the item ``key`` of ``namespace`` lives.
+
+    Example:
+        >>> store_touch_key(("users",), "prefs")
+        'store/users/prefs.touch'
+    """
+    return f"{store_namespace_prefix(namespace)}/{encode_segment(key)}{STORE_TOUCH_SUFFIX}"
+
+
 def checkpoint_id_of(name: str) -> str | None:
     """The checkpoint id a ``*.ckpt`` file name stands for, if it can be decoded."""
     if not name.endswith(CHECKPOINT_SUFFIX) or name.startswith(TEMP_PREFIX):

@@ -764,10 +764,10 @@ class FileStorage:
             keys = [prefix] if prefix in log.index else []
             for key in [*keys, *log.index.keys_under(prefix)]:
                 where = log.index[key]
-                if isinstance(where, tuple):
-                    total += where[1]
-                elif isinstance(where, _DamagedEntry):
+                if isinstance(where, _DamagedEntry):  # a NamedTuple: before plain tuples
                     total += len(where.data)
+                elif isinstance(where, tuple):
+                    total += where[1]
                 else:
                     total += len(self.read(key) or b"")
         return total

@@ -1,0 +1,803 @@
+"""``VerifiedStore``: LangGraph's long-term memory store on verified records.
+
+Every test runs on files, in memory and on S3 where the backend matters. Time is
+moved with ``time_machine``, never waited for. Damage is made on purpose (a flipped
+byte, an item copied to another key's place) and what a reader sees afterwards is
+asserted. A model test runs random operations on ``VerifiedStore`` and LangGraph's
+``InMemoryStore`` and compares what they return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import time_machine
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.config import get_store
+from langgraph.graph import START, StateGraph
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    MatchCondition,
+    PutOp,
+    SearchOp,
+)
+from langgraph.store.memory import InMemoryStore
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_verified import (
+    Damage,
+    MemoryStorage,
+    StoreKeyError,
+    VerifiedCache,
+    VerifiedSaver,
+    VerifiedSaverError,
+    VerifiedStore,
+)
+from langgraph_checkpoint_verified.records.format import Codec, RecordKind
+from langgraph_checkpoint_verified.records.keys import store_item_key, store_touch_key
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+BACKENDS = ["files", "memory", "s3"]
+AES_KEY = b"0123456789abcdef0123456789abcdef"
+WORDS = ["apple", "banana", "cherry", "dog", "cat", "mouse", "sky", "sea"]
+
+
+def embed(texts: list[str]) -> list[list[float]]:
+    """A deterministic embedding: how often each of ``WORDS`` occurs, plus a constant."""
+    return [[float(text.lower().count(word)) for word in WORDS] + [0.1] for text in texts]
+
+
+async def aembed(texts: list[str]) -> list[list[float]]:
+    return embed(texts)
+
+
+INDEX = {"dims": len(WORDS) + 1, "embed": embed}
+
+
+def flip_byte(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+
+
+def items(store: VerifiedStore) -> list[str]:
+    return [k for k in store.storage.walk("store") if k.endswith(".item")]
+
+
+@pytest.fixture(params=BACKENDS)
+def open_store(request, tmp_path: Path) -> Callable[..., VerifiedStore]:
+    """Opens a store on one backend; each call opens it again (same items)."""
+    if request.param == "s3":
+        endpoint, bucket = request.getfixturevalue("s3_bucket")
+        from test_s3 import s3_storage
+
+        return lambda **kwargs: VerifiedStore(storage=s3_storage(endpoint, bucket), **kwargs)
+    if request.param == "memory":
+        memory = MemoryStorage()
+        return lambda **kwargs: VerifiedStore(storage=memory, **kwargs)
+    return lambda **kwargs: VerifiedStore(tmp_path / "store", **kwargs)
+
+
+# -- get, put, delete, batch -------------------------------------------------------
+
+
+def test_put_get_delete_and_the_items_times(open_store):
+    store = open_store()
+    ns = ("users", "ada")
+    with time_machine.travel(T0, tick=False) as clock:
+        store.put(ns, "prefs", {"theme": "dark", "nested": {"n": [1, 2.5, None]}})
+        clock.shift(60)
+        store.put(ns, "prefs", {"theme": "light"})
+    item = open_store().get(ns, "prefs")  # another store object on the same records
+    assert item is not None
+    assert (item.namespace, item.key, item.value) == (ns, "prefs", {"theme": "light"})
+    # created_at survives the update; updated_at moves with it
+    assert item.created_at == T0
+    assert item.updated_at == T0 + timedelta(seconds=60)
+    assert store.get(ns, "other") is None
+    assert store.get(("users",), "prefs") is None  # a namespace does not reach below it
+    store.delete(ns, "prefs")
+    assert store.get(ns, "prefs") is None
+    assert open_store().get(ns, "prefs") is None
+    assert items(store) == []
+    store.delete(ns, "never there")  # not an error
+
+
+def test_batch_returns_results_in_op_order_and_reads_before_puts(open_store):
+    store = open_store()
+    ns = ("docs",)
+    store.put(ns, "a", {"v": "old"})
+    results = store.batch(
+        [
+            PutOp(ns, "a", {"v": "new"}),
+            GetOp(ns, "a"),  # sees the store before this batch's puts, as InMemoryStore
+            SearchOp(ns),
+            PutOp(ns, "b", {"v": 1}),
+            PutOp(ns, "b", {"v": 2}),  # the last put of an item wins
+            ListNamespacesOp(),
+            GetOp(ns, "missing"),
+        ]
+    )
+    assert results[0] is None and results[3] is None and results[4] is None
+    assert results[1].value == {"v": "old"}
+    assert [i.value for i in results[2]] == [{"v": "old"}]
+    assert results[5] == [ns]
+    assert results[6] is None
+    assert store.get(ns, "a").value == {"v": "new"}
+    assert store.get(ns, "b").value == {"v": 2}
+
+
+def test_the_async_twins_match_the_sync_calls(open_store):
+    store = open_store()
+    ns = ("notes", "u1")
+
+    async def run() -> tuple[Any, ...]:
+        await store.aput(ns, "k", {"text": "hello", "n": 3})
+        await store.aput(ns, "gone", {"n": 1})
+        await store.adelete(ns, "gone")
+        got = await store.aget(ns, "k")
+        found = await store.asearch(("notes",), filter={"n": {"$gte": 3}})
+        names = await store.alist_namespaces(prefix=("notes",))
+        return got, found, names
+
+    got, found, names = asyncio.run(run())
+    assert got.value == {"text": "hello", "n": 3}
+    assert [(i.key, i.value) for i in found] == [("k", {"text": "hello", "n": 3})]
+    assert names == [ns]
+    assert open_store().get(ns, "gone") is None
+
+
+def test_namespaces_are_validated_even_when_batch_is_called_directly():
+    store = VerifiedStore.in_memory()
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([PutOp(("a.b",), "k", {"v": 1})])
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([GetOp(("",), "k")])
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([SearchOp(("a\0",))])
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("x.y",)),))])
+    with pytest.raises(InvalidNamespaceError):
+        store.put(("langgraph",), "k", {"v": 1})
+    with pytest.raises(TypeError, match="dict"):
+        store.put(("ns",), "k", ["not", "a", "dict"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lone surrogate"):
+        store.put(("ns",), "\ud800", {"v": 1})
+    assert items(store) == []
+
+
+# -- search: filters, order, pages -------------------------------------------------
+
+
+def filled(store: VerifiedStore) -> VerifiedStore:
+    rows = {
+        "a": {"n": 1, "kind": "fruit", "meta": {"color": "red", "size": 3}, "tags": ["x"]},
+        "b": {"n": 2, "kind": "fruit", "meta": {"color": "yellow", "size": 7}},
+        "c": {"n": 10, "kind": "animal", "meta": {"color": "red"}, "ok": True},
+        "d": {"n": 2.5, "kind": "animal", "ok": 1},
+        "e": {"n": "10", "kind": "text"},
+    }
+    with time_machine.travel(T0, tick=False) as clock:
+        for key, value in rows.items():
+            store.put(("things",), key, value)
+            clock.shift(1)
+        store.put(("elsewhere",), "z", {"n": 1, "kind": "fruit"})
+    return store
+
+
+def keys_of(results) -> list[str]:
+    return [item.key for item in results]
+
+
+def test_filters_on_fields_nested_values_and_operators(open_store):
+    store = filled(open_store())
+    ns = ("things",)
+
+    def search(filter: dict[str, Any]) -> list[str]:
+        return sorted(keys_of(store.search(ns, filter=filter)))
+
+    assert search({"kind": "fruit"}) == ["a", "b"]
+    assert search({"meta": {"color": "red"}}) == ["a", "c"]  # nested: these fields match
+    assert search({"tags": ["x"]}) == ["a"]
+    assert search({"n": 2}) == ["b"]
+    assert search({"n": {"$eq": 2.5}}) == ["d"]
+    assert search({"n": {"$ne": 2}}) == ["a", "c", "d", "e"]
+    # numbers compare as numbers (10 > 2.5), never with the string "10"
+    assert search({"n": {"$gt": 2}}) == ["c", "d"]
+    assert search({"n": {"$gte": 2, "$lt": 10}}) == ["b", "d"]
+    assert search({"n": {"$lte": 1}}) == ["a"]
+    assert search({"n": {"$gt": "1"}}) == ["e"]  # strings with strings
+    # JSON's types: true is not 1
+    assert search({"ok": True}) == ["c"]
+    assert search({"ok": 1}) == ["d"]
+    assert search({"$or": [{"kind": "animal"}, {"n": 1}]}) == ["a", "c", "d"]
+    assert search({"$and": [{"kind": "fruit"}, {"meta": {"size": {"$gt": 5}}}]}) == ["b"]
+    assert search({"$or": [{"$and": [{"kind": "animal"}, {"n": {"$lt": 5}}]}, {"n": 1}]}) == [
+        "a",
+        "d",
+    ]
+    assert search({"missing": {"$gt": 0}}) == []
+    with pytest.raises(ValueError, match="operator"):
+        store.search(ns, filter={"n": {"$regex": "1"}})
+    with pytest.raises(ValueError, match=r"\$or takes a list"):
+        store.search(ns, filter={"$or": {"n": 1}})
+
+
+def test_search_is_newest_first_and_pages_are_stable(open_store):
+    store = filled(open_store())
+    assert keys_of(store.search(("things",))) == ["e", "d", "c", "b", "a"]
+    assert keys_of(store.search((), limit=3)) == ["z", "e", "d"]
+    pages = [keys_of(store.search((), limit=2, offset=o)) for o in (0, 2, 4, 6)]
+    assert pages == [["z", "e"], ["d", "c"], ["b", "a"], []]
+    # the same time: by namespace, then key
+    with time_machine.travel(T0 + timedelta(hours=1), tick=False):
+        store.put(("things",), "b", {"n": 2})
+        store.put(("elsewhere",), "y", {"n": 2})
+    assert keys_of(store.search((), limit=3)) == ["y", "b", "z"]
+    assert keys_of(store.search((), filter={"n": 2})) == ["y", "b"]
+
+
+def test_list_namespaces_prefix_suffix_wildcards_and_depth(open_store):
+    store = open_store()
+    for ns in [
+        ("users", "1", "prefs"),
+        ("users", "1", "notes"),
+        ("users", "2", "prefs"),
+        ("teams", "a", "prefs"),
+        ("teams",),
+        ("users", "2", "deep", "er"),
+    ]:
+        store.put(ns, "k", {"v": 1})
+    assert store.list_namespaces() == [
+        ("teams",),
+        ("teams", "a", "prefs"),
+        ("users", "1", "notes"),
+        ("users", "1", "prefs"),
+        ("users", "2", "deep", "er"),
+        ("users", "2", "prefs"),
+    ]
+    assert store.list_namespaces(prefix=("users", "1")) == [
+        ("users", "1", "notes"),
+        ("users", "1", "prefs"),
+    ]
+    assert store.list_namespaces(suffix=("prefs",)) == [
+        ("teams", "a", "prefs"),
+        ("users", "1", "prefs"),
+        ("users", "2", "prefs"),
+    ]
+    assert store.list_namespaces(prefix=("users", "*", "prefs")) == [
+        ("users", "1", "prefs"),
+        ("users", "2", "prefs"),
+    ]
+    assert store.list_namespaces(prefix=("users",), suffix=("*", "prefs")) == [
+        ("users", "1", "prefs"),
+        ("users", "2", "prefs"),
+    ]
+    assert store.list_namespaces(max_depth=2) == [
+        ("teams",),
+        ("teams", "a"),
+        ("users", "1"),
+        ("users", "2"),
+    ]
+    assert store.list_namespaces(limit=2, offset=1) == [
+        ("teams", "a", "prefs"),
+        ("users", "1", "notes"),
+    ]
+    store.delete(("teams",), "k")
+    assert ("teams",) not in store.list_namespaces()  # a namespace is its items
+
+
+# -- TTL -----------------------------------------------------------------------------
+
+
+def test_an_expired_item_is_never_returned_even_before_a_sweep(open_store):
+    store = open_store(ttl={"default_ttl": 10, "refresh_on_read": False})
+    ns = ("ns",)
+    with time_machine.travel(T0, tick=False) as clock:
+        store.put(ns, "default", {"v": 1})  # the default: 10 minutes
+        store.put(ns, "short", {"v": 2}, ttl=1)
+        store.put(ns, "forever", {"v": 3}, ttl=None)
+        clock.shift(59)
+        assert sorted(keys_of(store.search(ns))) == ["default", "forever", "short"]
+        clock.shift(1)  # exactly at the expiry: gone
+        assert store.get(ns, "short") is None
+        assert sorted(keys_of(store.search(ns))) == ["default", "forever"]
+        clock.shift(9 * 60)
+        assert keys_of(store.search(ns)) == ["forever"]
+        assert store.list_namespaces() == [ns]
+        assert len(items(store)) == 3  # still stored: only a sweep frees them
+        assert store.sweep_ttl() == 2
+        assert items(store) == [store_item_key(ns, "forever")]
+        store.delete(ns, "forever")
+        assert store.list_namespaces() == []
+
+
+def test_a_read_refreshes_the_ttl_unless_told_not_to(open_store):
+    store = open_store(ttl={"default_ttl": 10})  # refresh_on_read defaults to True
+    ns = ("ns",)
+    with time_machine.travel(T0, tick=False) as clock:
+        store.put(ns, "read", {"v": 1})
+        store.put(ns, "searched", {"v": 2})
+        store.put(ns, "untouched", {"v": 3})
+        clock.shift(9 * 60)
+        assert store.get(ns, "read").value == {"v": 1}
+        assert keys_of(store.search(ns, filter={"v": 2})) == ["searched"]
+        assert store.get(ns, "untouched", refresh_ttl=False) is not None
+        clock.shift(2 * 60)
+        # the refresh is stored: another store object, or process, sees it
+        again = open_store(ttl={"default_ttl": 10})
+        assert again.get(ns, "read", refresh_ttl=False).value == {"v": 1}
+        assert again.get(ns, "searched", refresh_ttl=False).value == {"v": 2}
+        assert again.get(ns, "untouched") is None
+        clock.shift(9 * 60)
+        assert again.get(ns, "read") is None
+        # a put starts the item again: an old refresh does not extend the new version
+        store.put(ns, "read", {"v": "new"}, ttl=1)
+        assert store.storage.read(store_touch_key(ns, "read")) is None
+        clock.shift(60)
+        assert store.get(ns, "read") is None
+
+
+def test_a_touch_left_from_an_older_version_extends_nothing(open_store):
+    store = open_store()
+    ns = ("ns",)
+    with time_machine.travel(T0, tick=False) as clock:
+        store.put(ns, "k", {"v": 1}, ttl=5)
+        clock.shift(4 * 60)
+        store.get(ns, "k", refresh_ttl=True)  # a touch for this version, to 9 minutes
+        touch = store.storage.read(store_touch_key(ns, "k"))
+        store.put(ns, "k", {"v": 2}, ttl=1)  # a new version ...
+        store.storage.write(store_touch_key(ns, "k"), touch)  # ... and the old touch put back
+        clock.shift(60)
+        assert store.get(ns, "k") is None
+        assert store.stats.damaged_records == 0
+
+
+def test_the_ttl_sweeper_runs_in_the_background_and_stops(tmp_path):
+    store = VerifiedStore(tmp_path / "store", ttl={"default_ttl": 1, "sweep_interval_minutes": 60})
+    with time_machine.travel(T0, tick=False) as clock:
+        store.put(("ns",), "k", {"v": 1})
+        clock.shift(120)
+    done = store.start_ttl_sweeper()
+    assert store.start_ttl_sweeper() is done  # one sweeper per store object
+    # the first sweep runs at once; wait for it to end, not for a time
+    assert store._sweeper.wait_for_sweeps(1, timeout=60)
+    assert items(store) == []
+    assert store.stop_ttl_sweeper()
+    assert done.done()
+    assert VerifiedStore.in_memory().start_ttl_sweeper().done()  # no TTL: nothing to run
+
+    async def on_a_loop() -> bool:
+        async with VerifiedStore(tmp_path / "store", ttl={"default_ttl": 1}) as store:
+            store.start_ttl_sweeper()
+            assert store._sweeper.task is not None  # a task, not a thread, on a loop
+            while store._sweeper.sweeps < 1:
+                await asyncio.sleep(0)  # yield to the sweep task; no time is waited for
+        return store._sweeper is None
+
+    assert asyncio.run(on_a_loop())
+
+
+def test_ttl_is_checked():
+    with pytest.raises(ValueError, match="default_ttl"):
+        VerifiedStore.in_memory(ttl={"default_ttl": -1})
+    with pytest.raises(TypeError, match="ttl"):
+        VerifiedStore.in_memory().put(("ns",), "k", {"v": 1}, ttl="5")  # type: ignore[arg-type]
+
+
+# -- vector search -------------------------------------------------------------------
+
+
+def test_vector_search_scores_best_first_like_in_memory_store(open_store):
+    docs = {
+        "fruit": {"text": "apple banana cherry apple"},
+        "pets": {"text": "dog cat dog"},
+        "mix": {"text": "apple dog sky"},
+        "sea": {"text": "sea sea sky", "other": "apple apple apple"},
+        "plain": {"text": "nothing here"},
+    }
+    store, reference = open_store(index=INDEX), InMemoryStore(index=INDEX)
+    for target in (store, reference):
+        for key, value in docs.items():
+            target.put(("docs",), key, value)
+        target.put(("docs",), "unindexed", {"text": "apple apple"}, index=False)
+        target.put(("docs",), "by_field", {"text": "dog", "other": "cherry"}, index=["other"])
+    for query in ("apple", "dog", "sky sea", "cherry"):
+        found = store.search(("docs",), query=query, limit=4)
+        expected = reference.search(("docs",), query=query, limit=4)
+        assert keys_of(found) == keys_of(expected), query
+        assert [round(i.score, 6) for i in found] == [round(i.score, 6) for i in expected]
+    # the unindexed item has no score: it comes after every scored one
+    everything = store.search(("docs",), query="apple", limit=20)
+    assert everything[-1].key == "unindexed" and everything[-1].score is None
+    assert [i.key for i in store.search(("docs",), query="apple", filter={"text": "dog"})] == [
+        "by_field"
+    ]
+    # the vectors are in the verified record: another store object scores the same
+    assert keys_of(open_store(index=INDEX).search(("docs",), query="dog", limit=2)) == [
+        "pets",
+        "mix",
+    ]
+
+
+def test_vector_fields_with_paths_and_an_async_embedding(tmp_path):
+    index = {"dims": len(WORDS) + 1, "embed": aembed, "fields": ["title", "body[*].text"]}
+
+    async def run() -> list[tuple[str, float]]:
+        async with VerifiedStore(tmp_path / "store", index=index) as store:
+            await store.aput(("d",), "1", {"title": "cat", "body": [{"text": "sea"}]})
+            await store.aput(("d",), "2", {"title": "sky", "body": [{"text": "dog"}]})
+            await store.aput(("d",), "3", {"title": "mouse", "body": []})
+            return [(i.key, i.score) for i in await store.asearch(("d",), query="sea sea")]
+
+    found = asyncio.run(run())
+    # "1" matched through its body's text, not its title
+    assert found[0][0] == "1" and found[0][1] > 0.9
+    assert {key for key, _ in found[1:]} == {"2", "3"}
+    assert all(score < 0.1 for _, score in found[1:])
+
+
+def test_vector_search_without_numpy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy now raises ImportError
+    store = VerifiedStore.in_memory(index=INDEX)
+    store.put(("d",), "a", {"text": "apple"})
+    store.put(("d",), "b", {"text": "dog"})
+    found = store.search(("d",), query="dog")
+    assert keys_of(found) == ["b", "a"]
+    assert found[0].score == pytest.approx(1.0)
+
+
+# -- damage --------------------------------------------------------------------------
+
+
+def test_a_flipped_byte_is_reported_and_the_item_reads_as_missing(open_store):
+    damages: list[Damage] = []
+    store = open_store(on_corruption=damages.append)
+    ns = ("ns",)
+    store.put(ns, "k", {"secret": "value"})
+    store.put(ns, "other", {"fine": True})
+    key = store_item_key(ns, "k")
+    data = store.storage.read(key)
+    for at in (30, len(data) // 2, len(data) - 1):
+        store.storage.write(key, flip_byte(data, at))
+        assert store.get(ns, "k") is None  # never a wrong value
+    store.storage.write(key, flip_byte(data, 31))
+    assert keys_of(store.search(ns)) == ["other"]
+    store.storage.write(key, flip_byte(data, 32))
+    assert store.list_namespaces() == [ns]  # "other" still lives there
+    assert store.stats.damaged_records == 5
+    assert store.stats.quarantined_records == 5
+    assert [d.key for d in damages] == [key] * 5
+    assert {d.kind for d in damages} == {"store_item"}
+    assert items(store) == [store_item_key(ns, "other")]
+    store.put(ns, "k", {"secret": "again"})
+    assert store.get(ns, "k").value == {"secret": "again"}
+
+
+def test_a_damaged_item_file_on_disk(tmp_path):
+    store_dir = tmp_path / "store"
+    VerifiedStore(store_dir).put(("users", "ada"), "prefs", {"v": 1})
+    path = store_dir / "store" / "users" / "ada" / "prefs.item"
+    assert path.is_file()
+    assert Codec().decode(
+        path.read_bytes(), RecordKind.STORE_ITEM, {"store_namespace": '["users","ada"]'}
+    )
+    raw = bytearray(path.read_bytes())
+    raw[-5] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    reopened = VerifiedStore(store_dir)
+    assert reopened.get(("users", "ada"), "prefs") is None
+    assert not path.exists()
+    assert reopened.stats.damaged_records == 1
+    assert len(list((store_dir / "quarantine").glob("*.record"))) == 1
+
+
+def test_an_item_copied_to_another_place_is_rejected(open_store):
+    store = open_store()
+    store.put(("ns",), "mine", {"v": "mine"})
+    store.put(("ns",), "yours", {"v": "yours"})
+    mine = store.storage.read(store_item_key(("ns",), "mine"))
+    store.storage.write(store_item_key(("ns",), "yours"), mine)
+    store.storage.write(store_item_key(("other",), "mine"), mine)
+    assert store.get(("ns",), "yours") is None
+    assert store.get(("other",), "mine") is None
+    # found by a walk (no identity expected) it is rejected too
+    store.storage.write(store_item_key(("third",), "mine"), mine)
+    assert keys_of(store.search(())) == ["mine"]
+    assert store.list_namespaces() == [("ns",)]
+    assert store.stats.damaged_records == 3
+
+
+def test_a_record_of_another_kind_is_not_an_item(open_store):
+    store = open_store()
+    identity = {"store_namespace": '["ns"]', "store_key": "k", "store_version": "0"}
+    forged = store.codec.encode(RecordKind.CACHE_ENTRY, identity, b"\x80")
+    store.storage.write(store_item_key(("ns",), "k"), forged)
+    assert store.get(("ns",), "k") is None
+    assert store.stats.damaged_records == 1
+
+
+def test_a_damaged_touch_costs_the_refresh_never_the_value(open_store):
+    store = open_store(ttl={"default_ttl": 10})
+    with time_machine.travel(T0, tick=False) as clock:
+        store.put(("ns",), "k", {"v": 1})
+        clock.shift(5 * 60)
+        store.get(("ns",), "k")  # a touch to 15 minutes
+        touch_key = store_touch_key(("ns",), "k")
+        store.storage.write(touch_key, flip_byte(store.storage.read(touch_key), 40))
+        assert store.get(("ns",), "k", refresh_ttl=False).value == {"v": 1}
+        assert store.stats.damaged_records == 1
+        clock.shift(5 * 60)  # the item's own expiry holds
+        assert store.get(("ns",), "k") is None
+
+
+def test_items_written_with_a_key_need_it(tmp_path):
+    store_dir = tmp_path / "store"
+    VerifiedStore(store_dir, key=b"k" * 32).put(("ns",), "k", {"v": 1})
+    with pytest.raises(StoreKeyError):
+        VerifiedStore(store_dir)
+    assert VerifiedStore(store_dir, key=b"k" * 32).get(("ns",), "k").value == {"v": 1}
+
+
+def test_an_encrypted_serializer_keeps_values_unreadable_at_rest(open_store):
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=AES_KEY)
+    store = open_store(serde=serde)
+    store.put(("secret",), "k", {"text": "a very secret value"})
+    content = store.codec.decode(
+        store.storage.read(store_item_key(("secret",), "k")), RecordKind.STORE_ITEM, None
+    )
+    assert b"a very secret value" not in content
+    assert open_store(serde=serde).get(("secret",), "k").value == {"text": "a very secret value"}
+    assert keys_of(open_store(serde=serde).search((), filter={"text": "a very secret value"})) == [
+        "k"
+    ]
+
+
+# -- keys ----------------------------------------------------------------------------
+
+HOSTILE = [
+    (("/", "~2e~2e"), "../../etc/passwd"),  # labels may not hold "." (LangGraph's rule)
+    (("a/b",), "a/b"),
+    (("x" * 10_000,), "é" * 5_000),
+    (("ns",), ""),
+    (("~", "~~"), "."),
+    (("a", "k"), "k"),
+    (("a",), "k"),
+    (("CASE",), "Case"),
+    (("case",), "case"),
+    (("a,b",), "k"),
+    (("a", "b"), "k"),
+    (("a", "b"), "k.item"),
+]
+
+
+def test_hostile_keys_and_namespaces_stay_inside_the_store(open_store, tmp_path):
+    store = open_store()
+    for i, (ns, key) in enumerate(HOSTILE):
+        store.put(ns, key, {"i": i})
+    for i, (ns, key) in enumerate(HOSTILE):
+        assert store.get(ns, key).value == {"i": i}
+    stored = items(store)
+    assert len(stored) == len(HOSTILE)  # no two share a record
+    assert all(k.startswith("store/") for k in stored)
+    assert all(".." not in k.split("/") and len(s) < 255 for k in stored for s in k.split("/"))
+    outside = [p for p in tmp_path.rglob("*") if p.is_file() and "store" not in p.parts]
+    assert outside == []
+    assert sorted(store.list_namespaces()) == sorted({ns for ns, _ in HOSTILE})
+    assert keys_of(store.search(("a",))) != []
+    assert sorted(keys_of(store.search(("a", "b")))) == ["k", "k.item"]
+    assert store.get(("/", "~2e~2e"), "../../etc/passwd").value == {"i": 0}
+    assert keys_of(store.search(("x" * 10_000,))) == ["é" * 5_000]
+
+
+# -- processes, graphs, the object -----------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from langgraph_checkpoint_verified import VerifiedStore
+    store = VerifiedStore(sys.argv[1])
+    if sys.argv[2] == "put":
+        for i in range(int(sys.argv[3])):
+            store.put(("child", str(i)), "k", {"i": i})
+    else:
+        print(store.get(("parent", "ns"), "k").value, store.list_namespaces(prefix=("parent",)))
+    """
+)
+
+
+def test_another_process_reads_what_this_one_wrote(tmp_path):
+    store_dir = str(tmp_path / "store")
+    VerifiedStore(store_dir).put(("parent", "ns"), "k", {"from": "the parent"})
+    shown = subprocess.run(
+        [sys.executable, "-c", CHILD, store_dir, "get"], check=True, capture_output=True, text=True
+    )
+    assert shown.stdout.strip() == "{'from': 'the parent'} [('parent', 'ns')]"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, store_dir, "put", "30"])
+    store = VerifiedStore(store_dir)
+    for i in range(30):
+        store.put(("parent", str(i)), "k", {"i": i})
+    assert child.wait() == 0
+    assert len(store.list_namespaces(prefix=("child",))) == 30
+    assert sorted(i.value["i"] for i in store.search(("child",), limit=100)) == list(range(30))
+    assert store.stats.damaged_records == 0
+
+
+class State(TypedDict):
+    user: str
+    visits: int
+    note: str
+
+
+def test_a_graph_uses_the_store_beside_a_saver_and_a_cache(tmp_path):
+    """One directory: checkpoints, the node cache and long-term memory, each verified."""
+
+    def count_visit(state: State) -> dict[str, Any]:
+        store = get_store()
+        seen = store.get(("visits", state["user"]), "count")
+        visits = (seen.value["n"] if seen else 0) + 1
+        store.put(("visits", state["user"]), "count", {"n": visits})
+        return {"visits": visits}
+
+    def remember(state: State, *, store: BaseStore) -> dict[str, Any]:  # injected by name
+        store.put(("notes", state["user"]), f"visit-{state['visits']}", {"n": state["visits"]})
+        return {"note": f"{len(store.search(('notes', state['user'])))} notes"}
+
+    directory = tmp_path / "store"
+    builder = StateGraph(State)
+    builder.add_node("count_visit", count_visit)
+    builder.add_node("remember", remember)
+    builder.add_edge(START, "count_visit")
+    builder.add_edge("count_visit", "remember")
+    graph = builder.compile(
+        checkpointer=VerifiedSaver(directory),
+        store=VerifiedStore(directory),
+        cache=VerifiedCache(directory),
+    )
+    for thread in ("t1", "t2"):
+        result = graph.invoke(
+            {"user": "ada", "visits": 0, "note": ""}, {"configurable": {"thread_id": thread}}
+        )
+    assert result == {"user": "ada", "visits": 2, "note": "2 notes"}
+
+    async def again() -> dict[str, Any]:
+        return await graph.ainvoke(
+            {"user": "ada", "visits": 0, "note": ""}, {"configurable": {"thread_id": "t3"}}
+        )
+
+    assert asyncio.run(again())["note"] == "3 notes"
+    assert sorted(p.name for p in directory.iterdir()) == ["store", "store.marker", "threads"]
+    assert VerifiedSaver(directory).verify().ok
+    assert VerifiedStore(directory).get(("visits", "ada"), "count").value == {"n": 3}
+
+
+def test_construction_and_closing(tmp_path):
+    with pytest.raises(TypeError, match="exactly one"):
+        VerifiedStore()
+    with pytest.raises(TypeError, match="exactly one"):
+        VerifiedStore(tmp_path, storage=MemoryStorage())
+    with pytest.raises(TypeError, match="PathLike"):
+        VerifiedStore(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="embed"):
+        VerifiedStore.in_memory(index={"dims": 3})  # type: ignore[typeddict-item]
+    with VerifiedStore.from_conn_string(str(tmp_path / "store")) as store:
+        store.put(("ns",), "k", {"v": 1})
+        assert repr(store).startswith("VerifiedStore(FileStorage(")
+    with pytest.raises(VerifiedSaverError, match="closed"):
+        store.get(("ns",), "k")
+    with VerifiedStore.from_conn_string(":memory:") as memory:
+        assert isinstance(memory.storage, MemoryStorage)
+
+    async def use() -> None:
+        async with VerifiedStore.in_memory() as store:
+            await store.aput(("ns",), "k", {"v": 1})
+        with pytest.raises(VerifiedSaverError, match="closed"):
+            await store.aget(("ns",), "k")
+
+    asyncio.run(use())
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_a_put_is_durable_only_with_fsync(tmp_path, fsync):
+    from faultfs import FaultFS
+
+    store_dir = tmp_path / "store"
+    store = VerifiedStore(store_dir, fsync=fsync)
+    store.put(("warm",), "k", {"v": 0})
+    with FaultFS(store_dir) as disk:
+        store.put(("ns", "deep"), "k", {"v": 1})
+        unsynced = disk.unsynced()
+        disk.cut_power()
+    if fsync:
+        assert unsynced == []
+        assert VerifiedStore(store_dir).get(("ns", "deep"), "k").value == {"v": 1}
+    else:
+        assert any("store/ns/deep" in line for line in unsynced), unsynced
+
+
+# -- the same behaviour as InMemoryStore ------------------------------------------------
+
+NAMESPACES = st.sampled_from([("a",), ("a", "b"), ("b",), ("a", "b", "c")])
+KEYS = st.sampled_from(["k", "l", "../k", "K"])
+VALUES = st.fixed_dictionaries(
+    {"n": st.integers(-5, 5), "tag": st.sampled_from(["x", "y"])},
+    optional={"nested": st.fixed_dictionaries({"m": st.integers(0, 3)})},
+)
+FILTERS = st.none() | st.sampled_from(
+    [
+        {"tag": "x"},
+        {"n": {"$gt": 0}},
+        {"n": {"$gte": -1, "$lte": 2}},
+        {"n": {"$ne": 0}},
+        {"nested": {"m": 1}},
+        {"tag": "y", "n": {"$lt": 3}},
+    ]
+)
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), NAMESPACES, KEYS, VALUES),
+        st.tuples(st.just("delete"), NAMESPACES, KEYS),
+        st.tuples(st.just("get"), NAMESPACES, KEYS),
+        st.tuples(st.just("search"), st.sampled_from([(), ("a",), ("a", "b"), ("b",)]), FILTERS),
+        st.tuples(
+            st.just("list"),
+            st.none() | st.sampled_from([("a",), ("*", "b")]),
+            st.none() | st.integers(1, 2),
+        ),
+    ),
+    max_size=30,
+)
+
+
+def _view(found) -> list[tuple[tuple[str, ...], str, Any]]:
+    return sorted((tuple(i.namespace), i.key, i.value) for i in found)
+
+
+@settings(derandomize=True, database=None, max_examples=150, deadline=None)
+@given(OPERATIONS)
+def test_it_behaves_as_in_memory_store(operations):
+    verified, reference = VerifiedStore.in_memory(), InMemoryStore()
+    for operation, *args in operations:
+        if operation == "put":
+            verified.put(*args)
+            reference.put(*args)
+        elif operation == "delete":
+            verified.delete(*args)
+            reference.delete(*args)
+        elif operation == "get":
+            mine, theirs = verified.get(*args), reference.get(*args)
+            assert (mine and mine.value) == (theirs and theirs.value)
+        elif operation == "search":
+            prefix, filter = args
+            assert _view(verified.search(prefix, filter=filter, limit=100)) == _view(
+                reference.search(prefix, filter=filter, limit=100)
+            )
+        else:
+            prefix, depth = args
+            # InMemoryStore keeps listing a namespace whose items were all deleted
+            # (or that a get only looked at); a namespace here is its items
+            live = {tuple(i.namespace) for i in reference.search((), limit=1000)}
+            expected = sorted(
+                {
+                    ns[:depth] if depth else ns
+                    for ns in live
+                    if prefix is None
+                    or (
+                        len(ns) >= len(prefix)
+                        and all(p in ("*", n) for n, p in zip(ns, prefix, strict=False))
+                    )
+                }
+            )
+            assert verified.list_namespaces(prefix=prefix, max_depth=depth) == expected
+    assert _view(verified.search((), limit=1000)) == _view(reference.search((), limit=1000))

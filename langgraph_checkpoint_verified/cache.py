@@ -24,18 +24,17 @@ from typing import Any, TypeVar
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from langgraph_checkpoint_verified.engine.damage import Damage, DamageReporter, RecoveryStats
-from langgraph_checkpoint_verified.engine.marker import check_store_marker
+from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
+from langgraph_checkpoint_verified.engine.opening import open_records
 from langgraph_checkpoint_verified.errors import RecordDamagedError, VerifiedSaverError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import (
     DEFAULT_COMPRESSION_LEVEL,
-    Codec,
     RecordKind,
     pack,
     unpack,
 )
-from langgraph_checkpoint_verified.storage import MemoryStorage, Storage, open_storage
+from langgraph_checkpoint_verified.storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified.storage.crossing import run_off_loop
 
 T = TypeVar("T")
@@ -116,23 +115,16 @@ class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncCont
         quarantine: bool = True,
     ) -> None:
         super().__init__(serde=serde)
-        if (path is None) == (storage is None):
-            raise TypeError(
-                "pass exactly one of a store directory (VerifiedCache('store/')) or "
-                "storage=...; VerifiedCache.in_memory() keeps entries in memory"
-            )
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
-        if storage is None:
-            storage = open_storage(path, fsync=fsync)  # type: ignore[arg-type]
-        self.storage = storage
-        self.codec = Codec(key, compression_level=compression_level)
-        self.reporter = DamageReporter(
-            storage, self.codec, on_corruption=on_corruption, quarantine=quarantine
+        self.storage, self.codec, self.reporter = open_records(
+            path,
+            storage,
+            owner="VerifiedCache",
+            key=key,
+            fsync=fsync,
+            compression_level=compression_level,
+            on_corruption=on_corruption,
+            quarantine=quarantine,
         )
-        # the same check a saver makes: a wrong key is one clear StoreKeyError now,
-        # not every entry of the store quarantined as damage later
-        check_store_marker(storage, self.codec, self.reporter)
         self._closed = False
 
     @classmethod

@@ -47,6 +47,7 @@ from langgraph_checkpoint_verified.engine import (
 from langgraph_checkpoint_verified.engine.configs import config as _config
 from langgraph_checkpoint_verified.engine.configs import config_parts as _config_parts
 from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
+from langgraph_checkpoint_verified.engine.opening import open_records
 from langgraph_checkpoint_verified.engine.retention import (
     RetentionPolicy,
     SweepReport,
@@ -57,7 +58,7 @@ from langgraph_checkpoint_verified.engine.verify import VerifyReport, verify_sto
 from langgraph_checkpoint_verified.errors import VerifiedSaverError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import DEFAULT_COMPRESSION_LEVEL, Codec
-from langgraph_checkpoint_verified.storage import MemoryStorage, Storage, open_storage
+from langgraph_checkpoint_verified.storage import MemoryStorage, Storage
 
 _ALLOWLIST_CLONES = 64
 """``with_allowlist`` clones kept per saver (a graph and each subgraph ask for one)."""
@@ -147,21 +148,21 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         on_sweep: Callable[[SweepReport], Any] | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        if (path is None) == (storage is None):
-            raise TypeError(
-                "pass exactly one of a store directory (VerifiedSaver('checkpoints/')) or "
-                "storage=...; VerifiedSaver.in_memory() keeps records in memory"
-            )
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
-        if storage is None:
-            storage = open_storage(path, fsync=fsync)  # type: ignore[arg-type]
-        codec = Codec(key, compression_level=compression_level)
+        storage, codec, reporter = open_records(
+            path,
+            storage,
+            owner="VerifiedSaver",
+            key=key,
+            fsync=fsync,
+            compression_level=compression_level,
+            on_corruption=on_corruption,
+            quarantine=quarantine,
+        )
         self.engine = Engine(
             storage,
             self.serde,
             codec,
-            DamageReporter(storage, codec, on_corruption=on_corruption, quarantine=quarantine),
+            reporter,
             strict=strict,
             full_snapshot_every=full_snapshot_every,
             list_chain_limit=list_chain_limit,

@@ -28,7 +28,6 @@ from langgraph.checkpoint.base import (
     SerializerProtocol,
 )
 
-from langgraph_checkpoint_verified.engine import marker
 from langgraph_checkpoint_verified.engine.configs import config
 from langgraph_checkpoint_verified.engine.damage import DamageReporter
 from langgraph_checkpoint_verified.engine.decoded_values import DecodedValues
@@ -61,6 +60,7 @@ class Engine:
         serde: Serializes channel values, checkpoints, metadata and writes.
         codec: Frames and verifies each record (its key, if any, makes checksums MACs).
         reporter: Reports, counts and quarantines every damaged record found.
+            (``engine.opening.open_records`` makes the three, its marker checked.)
         strict: Reads raise ``CheckpointDamagedError`` instead of falling back.
         full_snapshot_every: Every this many checkpoints along a chain, one
             stores all its values (bounds what one damaged record can cost).
@@ -117,7 +117,6 @@ class Engine:
         self.writer = CheckpointWriter(
             storage, codec, self.reader, self.records, self.lists, self.parts, full_snapshot_every
         )
-        marker.check_store_marker(storage, codec, reporter)
 
     @property
     def full_snapshot_every(self) -> int:

@@ -51,19 +51,18 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from langgraph_checkpoint_verified.engine.damage import Damage, DamageReporter, RecoveryStats
-from langgraph_checkpoint_verified.engine.marker import check_store_marker
+from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
+from langgraph_checkpoint_verified.engine.opening import open_records
 from langgraph_checkpoint_verified.engine.sweeper import Sweeper
 from langgraph_checkpoint_verified.errors import RecordDamagedError, VerifiedSaverError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import (
     DEFAULT_COMPRESSION_LEVEL,
-    Codec,
     RecordKind,
     pack,
     unpack,
 )
-from langgraph_checkpoint_verified.storage import MemoryStorage, Storage, open_storage
+from langgraph_checkpoint_verified.storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified.storage.crossing import run_off_loop
 from langgraph_checkpoint_verified.store.filters import matches_filter, namespace_matches
 from langgraph_checkpoint_verified.store.vectors import cosine_scores, tokenized_fields
@@ -194,13 +193,6 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         on_corruption: Callable[[Damage], Any] | None = None,
         quarantine: bool = True,
     ) -> None:
-        if (path is None) == (storage is None):
-            raise TypeError(
-                "pass exactly one of a store directory (VerifiedStore('store/')) or "
-                "storage=...; VerifiedStore.in_memory() keeps items in memory"
-            )
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
         self.ttl_config = _ttl_config(ttl)
         self.index_config: IndexConfig | None = IndexConfig(**index) if index else None
         self.embeddings = None
@@ -210,17 +202,17 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
                 raise TypeError("index needs 'embed': an Embeddings, or a function of texts")
             self.embeddings = ensure_embeddings(index["embed"])
             self._fields = tokenized_fields(index.get("fields") or ["$"])
-        if storage is None:
-            storage = open_storage(path, fsync=fsync)  # type: ignore[arg-type]
-        self.storage = storage
-        self.serde: SerializerProtocol = serde if serde is not None else JsonPlusSerializer()
-        self.codec = Codec(key, compression_level=compression_level)
-        self.reporter = DamageReporter(
-            storage, self.codec, on_corruption=on_corruption, quarantine=quarantine
+        self.storage, self.codec, self.reporter = open_records(
+            path,
+            storage,
+            owner="VerifiedStore",
+            key=key,
+            fsync=fsync,
+            compression_level=compression_level,
+            on_corruption=on_corruption,
+            quarantine=quarantine,
         )
-        # the same check a saver makes: a wrong key is one clear StoreKeyError now,
-        # not every item of the store quarantined as damage later
-        check_store_marker(storage, self.codec, self.reporter)
+        self.serde: SerializerProtocol = serde if serde is not None else JsonPlusSerializer()
         self._sweeper: Sweeper | None = None
         self._sweeper_done: concurrent.futures.Future[None] | None = None
         self._closed = False

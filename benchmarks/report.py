@@ -17,6 +17,7 @@ from chat import (
     VERIFIED_MEMORY,
 )
 from s3 import BASELINE_S3, METHODS, VERIFIED_S3
+from store_bench import MEMORY_STORE, SQLITE_CACHE, SQLITE_STORE, VERIFIED_CACHE, VERIFIED_STORE
 
 HEADER = "| figure | VerifiedSaver | baseline | ratio |\n|---|---:|---:|---:|"
 PLOTS = {
@@ -653,6 +654,68 @@ def headline(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def store_tables(results: dict[str, Any]) -> list[str]:
+    st = results["store"]
+    lines = [
+        "## 10. The memory store and the node cache",
+        "",
+        f"Three stores of the same {st['items']:,} items (ten namespaces), put before "
+        f"anything is timed: `VerifiedStore(path)` (fsync on), `SqliteStore` on a file, "
+        f"`InMemoryStore`. p50 (p99) per call over {st['rounds']} interleaved rounds "
+        f"({st['search_rounds']} for searches); the ratio is VerifiedStore's time over "
+        f"the other's in the same round (median over rounds). The filtered search asks "
+        f"for 10 items one in ten passes; the vector search ranks all {st['items']:,} "
+        f"items ({st['dims']} dims, the same fake embedding for every store) and "
+        f"returns the top 10.",
+        "",
+        f"| figure | {VERIFIED_STORE} | {SQLITE_STORE} | {MEMORY_STORE} "
+        f"| vs SqliteStore | vs InMemoryStore |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+
+    def cell(timing: dict[str, float] | None) -> str:
+        return "-" if timing is None else f"{ms(timing['p50_ms'])} ({ms(timing['p99_ms'])})"
+
+    def ratio(value: float | None) -> str:
+        return "-" if value is None else x(value)
+
+    for key, title in (
+        ("put", "put (new item)"),
+        ("get", "get"),
+        ("search_filter", "search, filter, limit 10"),
+        ("search_vector", "search, query, top 10"),
+    ):
+        fig = st[key]
+        lines.append(
+            f"| {title} | {cell(fig['ms'][VERIFIED_STORE])} "
+            f"| {cell(fig['ms'].get(SQLITE_STORE))} | {cell(fig['ms'].get(MEMORY_STORE))} "
+            f"| {ratio(fig['ratios'].get(SQLITE_STORE))} "
+            f"| {ratio(fig['ratios'].get(MEMORY_STORE))} |"
+        )
+    disk = st["bytes"]
+    lines += [
+        f"| bytes on disk after the puts (allocated) | {mb(disk[VERIFIED_STORE]['allocated'])} "
+        f"({disk[VERIFIED_STORE]['files']:,} files) | {mb(disk[SQLITE_STORE]['allocated'])} "
+        f"| - | {x(st['ratio_bytes_vs_sqlite'])} | - |",
+        "",
+    ]
+    if "left_out" in st["search_vector"]:
+        lines += [f"Vector search without SqliteStore: {st['search_vector']['left_out']}.", ""]
+    lines += [
+        "The node cache: one cached entry read back (a hit).",
+        "",
+        f"| figure | {VERIFIED_CACHE} | {SQLITE_CACHE} | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    hit = st["cache_hit"]
+    lines += [
+        f"| get, a hit | {cell(hit['ms'][VERIFIED_CACHE])} | {cell(hit['ms'][SQLITE_CACHE])} "
+        f"| {x(hit['ratios'][SQLITE_CACHE])} |",
+        "",
+    ]
+    return lines
+
+
 _PARTS = (
     (headline, None, None, ""),
     (chat_tables, "chat", "chat", "## 1. Per-step overhead in a chat graph"),
@@ -669,6 +732,7 @@ _PARTS = (
     (fsync_tables, "chat", "chat", "## 7. fsync calls per chat step"),
     (s3_tables, "s3", "s3", "## 8. S3-compatible object storage"),
     (retention_tables, "retention", "retention", "## 9. Retention: a sweep of many threads"),
+    (store_tables, "store", "store", "## 10. The memory store and the node cache"),
 )
 """(renderer, the results key it needs, the section that makes it, its title when missing)."""
 

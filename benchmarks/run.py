@@ -44,6 +44,7 @@ from ops import calls_section, history_section  # noqa: E402
 from report import markdown, plot  # noqa: E402
 from retention import retention_section  # noqa: E402
 from s3 import s3_section  # noqa: E402
+from store_bench import store_section  # noqa: E402
 
 import langgraph_checkpoint_verified  # noqa: E402
 
@@ -70,6 +71,8 @@ class Settings:
     s3_thread_sizes: tuple[int, ...]  # S3: newest checkpoint read at these thread lengths
     s3_get_rounds: int  # S3: get_tuple rounds (open saver, new saver) at each length
     sweep_threads: int  # retention: threads in the swept store (nine in ten expire)
+    store_items: int  # store: items in each memory store (put, get, searched)
+    store_rounds: int  # store: put/get/cache-hit rounds (searches: max(3, rounds // 10))
 
 
 FULL = Settings(
@@ -94,6 +97,8 @@ FULL = Settings(
     s3_thread_sizes=(100, 1000, 2000),
     s3_get_rounds=5,
     sweep_threads=10_000,
+    store_items=10_000,
+    store_rounds=200,
 )
 QUICK = Settings(
     chat_lengths=(10, 20, 40),
@@ -116,6 +121,8 @@ QUICK = Settings(
     s3_thread_sizes=(10, 30),
     s3_get_rounds=2,
     sweep_threads=100,
+    store_items=200,
+    store_rounds=10,
 )
 
 
@@ -165,10 +172,11 @@ def sections(settings: Settings, workdir: Path) -> list[tuple[str, Callable[[], 
         ("cli", lambda: cli_section(settings, workdir / "cli")),
         ("s3", lambda: s3_section(settings, workdir / "s3")),
         ("retention", lambda: retention_section(settings, workdir / "retention")),
+        ("store", lambda: store_section(settings, workdir / "store")),
     ]
 
 
-SECTIONS = ("chat", "history", "calls", "cli", "s3", "retention")
+SECTIONS = ("chat", "history", "calls", "cli", "s3", "retention", "store")
 
 
 def main(argv: list[str] | None = None) -> int:

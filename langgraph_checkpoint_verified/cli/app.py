@@ -4,7 +4,8 @@
 in the order ``--help`` lists them: ``inspect``, ``verify``, ``repair``, ``diff`` and
 ``migrate`` hand their arguments to the argparse parser (``legacy``), so they behave
 exactly as before; ``threads``, ``history``, ``show``, ``stats`` and ``prune`` are in
-``state``, ``sweep`` in ``sweep``, ``export`` and ``import`` in ``export``.
+``state``, ``sweep`` in ``sweep``, ``export`` and ``import`` in ``export``, ``memories`` in
+``memories``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from langgraph_checkpoint_verified.cli import export, state, sweep
+from langgraph_checkpoint_verified.cli import export, memories, state, sweep
 from langgraph_checkpoint_verified.cli.output import EXIT_ERROR, EXIT_OK, PROG
 from langgraph_checkpoint_verified.cli.params import AsJson, KeyFile, Store
 from langgraph_checkpoint_verified.cli.store import STORE_HELP
@@ -208,5 +209,6 @@ app.command()(state.prune)
 app.command()(sweep.sweep)
 app.command()(export.export)
 app.command("import")(export.import_)
+app.command()(memories.memories)
 
 __all__ = ["app", "run"]

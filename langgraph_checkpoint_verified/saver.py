@@ -290,6 +290,7 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
         assert isinstance(made, VerifiedSaver)
         if made is not self:
             made._allowlisted = {}  # noqa: SLF001 (a clone of this class: its own allowlist)
+            made.sweeper = None  # the background sweeper is this saver's, stopped by its close
         with self._lock:
             if len(self._allowlisted) >= _ALLOWLIST_CLONES:
                 self._allowlisted.pop(next(iter(self._allowlisted)))

@@ -535,3 +535,19 @@ def test_a_sweep_on_a_bucket_costs_a_few_requests_a_thread(fault_proxy, s3_bucke
     assert fault_proxy.counts["DELETE"] == 2
     assert fault_proxy.counts["LIST"] <= 1 + 4 * 3 + 2 * 7, per_thread
     assert fault_proxy.counts["PUT"] == 0
+
+
+def test_a_savers_allowlist_clones_do_not_own_its_sweeper(tmp_path):
+    """LangGraph asks for clones (``with_allowlist``) and closes them with the saver:
+    the sweeper is released once, by the saver that started it."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    strict = JsonPlusSerializer(allowed_msgpack_modules=None)  # as LANGGRAPH_STRICT_MSGPACK
+    saver = VerifiedSaver(tmp_path / "store", serde=strict, retention=RetentionPolicy(idle=DAY))
+    clone = saver.with_allowlist([("my_module", "MyClass")])
+    assert clone is not saver and clone.sweeper is None
+    sweeper = saver.sweeper
+    assert sweeper is not None and sweeper.users == 1
+    saver.close()  # closes the clone too
+    assert sweeper.users == 0
+    assert sweeper.thread is not None and not sweeper.thread.is_alive()

@@ -38,6 +38,7 @@ from langgraph.store.base import (
     BaseStore,
     GetOp,
     IndexConfig,
+    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
     Op,
@@ -48,7 +49,6 @@ from langgraph.store.base import (
     TTLConfig,
     ensure_embeddings,
     get_text_at_path,
-    validate_op_namespace,
 )
 
 from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
@@ -425,7 +425,7 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
             if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
                 raise TypeError(f"unknown store operation: {type(op).__name__}")
             # BaseStore's methods check labels, but ops may come to batch directly
-            validate_op_namespace(op)
+            _validate_op_labels(op)
             if isinstance(op, (GetOp, PutOp)):
                 _namespace(op.namespace)
                 keys.require_text(op.key, "store key")
@@ -697,6 +697,32 @@ def _ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
     if default is not None and (not _is_number(default) or default < 0):
         raise ValueError(f"ttl default_ttl must be minutes >= 0 or None, got {default!r}")
     return TTLConfig(**ttl)  # type: ignore[typeddict-item]
+
+
+def _validate_op_labels(op: Op) -> None:
+    """The labels an op carries, checked as the newest ``BaseStore`` checks them.
+
+    Done here rather than by ``langgraph.store.base.validate_op_namespace``,
+    which refuses a NUL byte in a label only from some langgraph 1.x release on;
+    every version this package supports gets the same answer.
+    """
+    if isinstance(op, (GetOp, PutOp)):
+        paths = [op.namespace]
+    elif isinstance(op, SearchOp):
+        paths = [op.namespace_prefix]
+    else:
+        paths = [condition.path for condition in op.match_conditions or ()]
+    for path in paths:
+        for label in path:
+            if not isinstance(label, str):
+                raise InvalidNamespaceError(
+                    f"namespace labels must be strings, got {type(label).__name__} in {path!r}"
+                )
+            if not label or "." in label or "\0" in label:
+                raise InvalidNamespaceError(
+                    f"invalid namespace label {label!r} in {path!r}: labels are non-empty "
+                    f"and hold no period ('.') and no NUL byte"
+                )
 
 
 def _namespace(namespace: Any) -> tuple[str, ...]:

@@ -26,6 +26,27 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
 # Lines each notebook must print; a notebook not listed only has to run.
 EXPECTED_OUTPUT = {
+    "memory.ipynb": [
+        # thread 2 reads what thread 1 wrote, through the store
+        "[tuesday] agent: what I know about ada: I prefer green tea; my cat is called Miso",
+        "memories.ada   {'text': 'I prefer green tea', 'kind': 'preference'}",
+        "memories.grace {'text': 'I like espresso', 'kind': 'preference'}",
+        # the same input again: answered by VerifiedCache, the node not run
+        "{'understand': {'intent': 'answer'}, '__metadata__': {'cached': True}}",
+        "understand runs during this call: 0",
+        # one bit flipped in the item's record: it reads as missing, reported and moved aside
+        "get: None",
+        "reason:         record checksum mismatch",
+        "still there:    False",
+        "RecoveryStats(damaged_records=1, unreadable_records=0, quarantined_records=1, "
+        "fallbacks=0, restarts_from_scratch=0)",
+        "get again: None | reports: 1",
+        "[thursday] agent: what I know about ada: I prefer green tea",
+        # langgraph-verified memories
+        "│ memories.ada   │ 1     │",
+        "│ memories.grace │ 1     │",
+        "[exit 0]",
+    ],
     "quickstart.ipynb": [
         "turns: 2 | node runs: 2",
         '"reason": "record checksum mismatch",',

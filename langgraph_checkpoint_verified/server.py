@@ -40,9 +40,13 @@ See ``docs/server.md`` for the whole story (crashes, limitations).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import importlib.util
 import json
 import logging
 import os
+import sys
+import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -79,6 +83,9 @@ DEFAULT_STORE = ".langgraph_verified"
 """Store directory used when ``LANGGRAPH_VERIFIED_STORE`` is unset or empty."""
 
 logger = logging.getLogger(__name__)
+
+_LOADING_EMBEDDINGS = threading.Lock()
+"""Held while a file ``index.embed`` names is loaded: the server opens stores on many threads."""
 
 
 @dataclass(frozen=True)
@@ -284,22 +291,80 @@ async def checkpointer() -> AsyncIterator[VerifiedSaver]:
         saver.close()
 
 
+def embeddings_from_config(embed: Any) -> Any:
+    """What ``index.embed`` of the ``store`` block names, loaded as the server loads it.
+
+    The LangGraph server documents two forms of the string: a path to a Python
+    file and a name in it, ``"./path/to/file.py:name"`` (relative to the
+    directory the server runs in), and a LangChain model id such as
+    ``"openai:text-embedding-3-small"``. The server loads the first itself for
+    its own store, but hands a custom store the block as it is written, so this
+    does the same for ``VerifiedStore``. A model id, an ``Embeddings`` or a
+    function is returned as it is: ``VerifiedStore`` resolves a model id with
+    LangChain's ``init_embeddings``.
+
+    Args:
+        embed: The ``embed`` value of the block.
+
+    Returns:
+        The function or ``Embeddings`` the file defines under that name, or ``embed``.
+
+    Raises:
+        ValueError: The file does not exist or does not define the name.
+
+    Example:
+        >>> embeddings_from_config("openai:text-embedding-3-small")
+        'openai:text-embedding-3-small'
+    """
+    if not isinstance(embed, str) or ".py:" not in embed:
+        return embed
+    path_text, _, name = embed.rpartition(":")
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise ValueError(
+            f"{STORE_CONFIG_ENV} index.embed names {path_text}, which is not a file "
+            f"({path}); a relative path is relative to the directory the server runs in"
+        )
+    # one module per file, however many stores the server opens
+    module_name = "_langgraph_verified_embed_" + hashlib.sha256(bytes(path)).hexdigest()[:16]
+    with _LOADING_EMBEDDINGS:
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            if spec is None or spec.loader is None:
+                raise ValueError(f"{STORE_CONFIG_ENV} index.embed: cannot load {path} as Python")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[module_name]
+                raise
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise ValueError(f"{STORE_CONFIG_ENV} index.embed: {path} defines no {name!r}") from None
+
+
 def open_store_from_env(environ: Mapping[str, str] | None = None, **options: Any) -> VerifiedStore:
     """Open the ``VerifiedStore`` that the environment names (blocking).
 
     The same directory (or bucket) and key as ``open_from_env``: items live under
     ``store/`` beside the saver's ``threads/``. ``langgraph.json``'s ``store``
     block, which ``langgraph dev`` hands over as ``LANGGRAPH_STORE``, may carry
-    ``"ttl"`` (LangGraph's ``TTLConfig``) and ``"index"`` (its ``IndexConfig``;
-    a string ``embed`` such as ``"openai:text-embedding-3-small"`` needs
-    LangChain's ``init_embeddings``).
+    ``"ttl"`` (LangGraph's ``TTLConfig``) and ``"index"`` (its ``IndexConfig``).
+    The index's ``embed`` may name a function in a file,
+    ``"./embeddings.py:embed"``, relative to the working directory, as the
+    server's own store takes it (``embeddings_from_config``); a model id such as
+    ``"openai:text-embedding-3-small"`` needs LangChain's ``init_embeddings``.
 
     Args:
         environ: Where to read the variables; ``os.environ`` by default.
         **options: Passed on to ``VerifiedStore`` (they win over the block's).
 
     Raises:
-        ValueError: The key file cannot be read, or ``LANGGRAPH_STORE`` is not JSON.
+        ValueError: The key file cannot be read, ``LANGGRAPH_STORE`` is not JSON,
+            or its ``index.embed`` names a file that is missing or lacks the name.
         StoreKeyError: The key does not match the store; the message says which
             variable to change.
 
@@ -320,6 +385,11 @@ def open_store_from_env(environ: Mapping[str, str] | None = None, **options: Any
     for name in ("ttl", "index"):
         if isinstance(config, dict) and config.get(name) and name not in options:
             options[name] = config[name]
+    if isinstance(options.get("index"), Mapping) and "embed" in options["index"]:
+        options["index"] = {
+            **options["index"],
+            "embed": embeddings_from_config(options["index"]["embed"]),
+        }
     try:
         opened = VerifiedStore(store, key=key, **options)
     except StoreKeyError as exc:
@@ -360,6 +430,10 @@ async def store() -> AsyncIterator[VerifiedStore]:
     try:
         if opened.ttl_config and opened.ttl_config.get("sweep_interval_minutes"):
             opened.start_ttl_sweeper()
+            logger.info(
+                "store TTL: expired items are swept every %s minutes",
+                opened.ttl_config["sweep_interval_minutes"],
+            )
         yield opened
     finally:
         opened.close()

@@ -65,9 +65,12 @@ from langgraph_checkpoint_verified import server as verified_server
 from langgraph_checkpoint_verified.server import (
     DEFAULT_STORE,
     KEY_FILE_ENV,
+    STORE_CONFIG_ENV,
     STORE_ENV,
     checkpointer,
+    embeddings_from_config,
     open_from_env,
+    open_store_from_env,
     retention_from_env,
 )
 
@@ -651,3 +654,119 @@ def test_the_store_factory_keeps_items_across_a_sigkill_under_langgraph_dev(app,
     assert deleted is None
     server.stop()
     assert VerifiedStore(store).stats.damaged_records == 0
+
+
+# -- the store block's ttl and index -------------------------------------------------------
+
+DAY = 24 * 60
+"""Minutes."""
+
+
+@needs_server
+def test_the_store_blocks_ttl_and_index_reach_the_verified_store_under_langgraph_dev(
+    app, servers, tmp_path
+):
+    """``"store": {"path": ..., "ttl": {...}, "index": {...}}`` in ``langgraph.json``:
+    ``langgraph dev`` hands the block to the process as ``LANGGRAPH_STORE`` and, for
+    a custom store, runs no TTL sweeper of its own. The factory opens the
+    ``VerifiedStore`` with the block's TTL and index (its ``embed`` names a function
+    in a file, which the factory loads as the server does for its own store) and
+    starts the store's sweeper."""
+    import time_machine
+
+    from langgraph_checkpoint_verified import VerifiedStore
+
+    store = tmp_path / "store"
+    with time_machine.travel(datetime(2020, 1, 1, tzinfo=timezone.utc)):
+        VerifiedStore(store).put(("notes",), "stale", {"text": "old tea"}, ttl=1)
+    stale = store / "store" / "notes" / "stale.item"
+    assert stale.is_file()
+    config = json.loads((app / "langgraph.json").read_text())
+    config["graphs"]["notes"] = "./notes.py:graph"
+    config["store"] = {
+        "path": "langgraph_checkpoint_verified.server.store",
+        "ttl": {"default_ttl": DAY, "refresh_on_read": False, "sweep_interval_minutes": 1},
+        "index": {"dims": 3, "embed": "./embed.py:embed", "fields": ["text"]},
+    }
+    (app / "langgraph_store_ttl_index.json").write_text(json.dumps(config))
+    server = servers(app, store, config="langgraph_store_ttl_index.json")
+    client = server.start()
+    # sweep_interval_minutes: the factory's sweeper, whose first sweep runs at once
+    wait_until(lambda: not stale.exists(), "the store's sweeper to delete an expired item", server)
+
+    client.store.put_item(["notes"], "tea", {"text": "tea and cake"})
+    client.store.put_item(["notes"], "coffee", {"text": "coffee, coffee, coffee"}, ttl=60)
+    client.runs.wait(None, "notes", input={"key": "cake", "text": "cake, cake and more cake"})
+
+    # index: every item was embedded with tests/server_app/embed.py when it was put
+    found = client.store.search_items(["notes"], query="cake", limit=10)["items"]
+    assert [(item["key"], round(item["score"], 3)) for item in found] == [
+        ("cake", 1.0),
+        ("tea", 0.707),
+        ("coffee", 0.0),
+    ]
+    unranked = client.store.search_items(["notes"], limit=10)["items"]
+    assert {item["key"]: item.get("score") for item in unranked} == {
+        "cake": None,
+        "tea": None,
+        "coffee": None,
+    }
+
+    # refresh_on_read: false, so a read writes no touch record unless it asks for one
+    def touches() -> list[str]:
+        return sorted(path.name for path in (store / "store").rglob("*.touch"))
+
+    assert client.store.get_item(["notes"], "coffee")["value"] == {"text": "coffee, coffee, coffee"}
+    assert touches() == []
+    client.store.get_item(["notes"], "coffee", refresh_ttl=True)
+    assert touches() == ["coffee.touch"]
+    server.stop()
+    assert "store TTL: expired items are swept every 1 minutes" in server.output()
+
+    memory = VerifiedStore(store)
+    items = {"tea": ("notes",), "coffee": ("notes",), "cake": ("notes", "from-a-run")}
+
+    def alive_in(minutes: float) -> list[str]:
+        with time_machine.travel(datetime.now(timezone.utc) + timedelta(minutes=minutes)):
+            return sorted(
+                key
+                for key, namespace in items.items()
+                if memory.get(namespace, key, refresh_ttl=False) is not None
+            )
+
+    assert alive_in(0) == ["cake", "coffee", "tea"]
+    assert alive_in(2 * 60) == ["cake", "tea"]  # put_item(ttl=60)
+    # a node's put without a ttl takes the block's default_ttl; an item put through
+    # the API without one never expires: the server passes ttl=None, not "the default"
+    assert alive_in(DAY + 60) == ["tea"]
+    assert alive_in(100 * 365 * DAY) == ["tea"]
+    assert memory.stats.damaged_records == 0
+
+
+def test_the_store_blocks_embed_may_name_a_function_in_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(APP / "embed.py", tmp_path / "embed.py")
+
+    def environ(embed: str) -> dict[str, str]:
+        block = {"index": {"dims": 3, "embed": embed, "fields": ["text"]}}
+        return {STORE_ENV: "store", STORE_CONFIG_ENV: json.dumps(block)}
+
+    opened = open_store_from_env(environ("./embed.py:embed"))
+    opened.put(("notes",), "tea", {"text": "tea and cake"})
+    opened.put(("notes",), "coffee", {"text": "coffee"})
+    assert [(i.key, round(i.score or 0, 3)) for i in opened.search(("notes",), query="tea")] == [
+        ("tea", 0.707),
+        ("coffee", 0.0),
+    ]
+    # the same file is loaded once, however many stores the server opens, by any path
+    assert embeddings_from_config("./embed.py:embed") is embeddings_from_config(
+        f"{tmp_path}/embed.py:embed"
+    )
+    with pytest.raises(ValueError, match=r"names ./missing.py, which is not a file"):
+        open_store_from_env(environ("./missing.py:embed"))
+    with pytest.raises(ValueError, match=r"defines no 'nothing'"):
+        open_store_from_env(environ("./embed.py:nothing"))
+    # a model id goes to VerifiedStore as it is, for LangChain's init_embeddings
+    assert embeddings_from_config("openai:text-embedding-3-small") == (
+        "openai:text-embedding-3-small"
+    )

@@ -612,6 +612,7 @@ def test_the_thread_ttl_variable_replaces_the_checkpointer_blocks(tmp_path):
         retention_from_env({"LANGGRAPH_THREAD_TTL": "0"})
 
 
+@needs_server
 def test_the_store_factory_keeps_items_across_a_sigkill_under_langgraph_dev(app, servers, tmp_path):
     """``"store": {"path": "langgraph_checkpoint_verified.server.store"}`` in
     ``langgraph.json``: the SDK's store calls reach a ``VerifiedStore`` on the

@@ -716,6 +716,83 @@ def store_tables(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def damage_tables(results: dict[str, Any]) -> list[str]:
+    dmg = results["damage"]
+    checkpoints = dmg["checkpoints"]
+    lines = [
+        "## 11. Damage trials: one bit flipped or one 4 KB block zeroed",
+        "",
+        f"One chat of {dmg['steps']} `graph.invoke` steps on one thread (a `messages` "
+        f"channel, ~1 KB AIMessage per step; LangGraph writes three checkpoints per step: "
+        f"{checkpoints[VERIFIED_FILES]:,} in `VerifiedSaver(dir)`, "
+        f"{checkpoints[SQLITE]:,} in `SqliteSaver` on a file), built once. Each trial "
+        f"damages a fresh copy once: a bit flipped, or a 4096-aligned block zeroed, in a "
+        f"file drawn by size among the thread's files (`threads/<T>/`, "
+        f"{mb(dmg['bytes'][VERIFIED_FILES])}) or the database's files "
+        f"({mb(dmg['bytes'][SQLITE])}); seeded, so a run repeats its draws. A new saver "
+        f"then reads the thread: `get_tuple` (how many checkpoints before the true newest "
+        f"the one returned is; nothing returned counts as falling back past the first), "
+        f"and `list` (every other checkpoint must read back exactly as undamaged: "
+        f"checkpoint, metadata, parent, pending writes). Wrong data: `get_tuple` returned, "
+        "without an error, something that differs from the undamaged read of that "
+        "checkpoint other than by pending writes left out (counted beside it). After "
+        "repair (VerifiedSaver): `verify(repair=True)` on the damaged copy, then a new "
+        "saver reads the newest and every checkpoint again. This section alone: "
+        "`python benchmarks/run.py --only damage --out DIR`.",
+        "",
+        "| damage | saver | trials | newest is the true newest | falls back 1 checkpoint "
+        "| falls back more (median / max) | wrong data returned | error raised "
+        "| other checkpoints not exact | after repair exact |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for kind, by_saver in dmg["rows"].items():
+        for name, r in by_saver.items():
+            more = str(r["back_more"])
+            if r["back_more"]:
+                more += f" ({r['back_more_median']:g} / {r['back_more_max']})"
+            if r["unknown_returned"]:
+                more += f"; {r['unknown_returned']} unknown checkpoint(s)"
+            raised = str(r["raised"])
+            if r["list_raised"]:
+                raised += f" (list: {r['list_raised']})"
+            wrong = str(r["wrong"])
+            if r["writes_lost"]:
+                wrong += f" (pending writes left out: {r['writes_lost']})"
+            if r["others_not_exact_trials"]:
+                others = (
+                    f"in {r['others_not_exact_trials']} trials: "
+                    f"{r['others_missing_total']:,} missing, "
+                    f"{r['others_writes_lost_total']:,} with writes left out, "
+                    f"{r['others_different_total']:,} different "
+                    f"(most in one trial: {r['others_not_exact_max']:,})"
+                )
+            else:
+                others = "none"
+            if "after_repair_exact_trials" not in r:
+                after = "no repair"
+            elif r["after_repair_exact_trials"] == r["trials"]:
+                after = f"all {r['checkpoints']:,} exact in every trial"
+            else:
+                after = (
+                    f"all {r['checkpoints']:,} exact in {r['after_repair_exact_trials']} "
+                    f"of {r['trials']} trials; {r['after_repair_not_exact_total']:,} not exact "
+                    f"in all "
+                    f"(most in one trial: {r['after_repair_not_exact_max']:,})"
+                )
+                if r["repair_raised"]:
+                    after += f"; repair raised in {r['repair_raised']}"
+            lines.append(
+                f"| {dmg['damages'][kind]} | {name} | {r['trials']} | {r['newest']} "
+                f"| {r['back_1']} | {more} | {wrong} | {raised} | {others} | {after} |"
+            )
+    lines += [
+        "",
+        "Every trial (the damage drawn and what was read) is in `results/latest.json`.",
+        "",
+    ]
+    return lines
+
+
 _PARTS = (
     (headline, None, None, ""),
     (chat_tables, "chat", "chat", "## 1. Per-step overhead in a chat graph"),
@@ -733,6 +810,7 @@ _PARTS = (
     (s3_tables, "s3", "s3", "## 8. S3-compatible object storage"),
     (retention_tables, "retention", "retention", "## 9. Retention: a sweep of many threads"),
     (store_tables, "store", "store", "## 10. The memory store and the node cache"),
+    (damage_tables, "damage", "damage", "## 11. Damage trials"),
 )
 """(renderer, the results key it needs, the section that makes it, its title when missing)."""
 

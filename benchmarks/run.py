@@ -3,6 +3,7 @@
 Usage::
 
     python benchmarks/run.py                  # full run (make bench), ~8-10 minutes
+                                              # + the damage trials (--only damage: 338 s)
     python benchmarks/run.py --quick          # smoke run, well under a minute
     python benchmarks/run.py --out DIR        # write DIR/results.md, DIR/results/*
     python benchmarks/run.py --only s3 --out DIR   # one section (or several: --only s3,cli)
@@ -40,6 +41,7 @@ sys.path.insert(0, str(HERE))
 import measure  # noqa: E402, F401  (first: wraps os.fsync before the package is imported)
 from chat import chat_section  # noqa: E402
 from cli_bench import cli_section  # noqa: E402
+from damage_trials import damage_section  # noqa: E402
 from ops import calls_section, history_section  # noqa: E402
 from report import markdown, plot  # noqa: E402
 from retention import retention_section  # noqa: E402
@@ -73,6 +75,9 @@ class Settings:
     sweep_threads: int  # retention: threads in the swept store (nine in ten expire)
     store_items: int  # store: items in each memory store (put, get, searched)
     store_rounds: int  # store: put/get/cache-hit rounds (searches: max(3, rounds // 10))
+    damage_steps: int  # damage trials: graph.invoke steps of the chat damaged
+    damage_bit_trials: int  # damage trials: one bit flipped, trials per saver
+    damage_block_trials: int  # damage trials: one 4 KB block zeroed, trials per saver
 
 
 FULL = Settings(
@@ -99,6 +104,9 @@ FULL = Settings(
     sweep_threads=10_000,
     store_items=10_000,
     store_rounds=200,
+    damage_steps=200,
+    damage_bit_trials=40,
+    damage_block_trials=20,
 )
 QUICK = Settings(
     chat_lengths=(10, 20, 40),
@@ -123,6 +131,9 @@ QUICK = Settings(
     sweep_threads=100,
     store_items=200,
     store_rounds=10,
+    damage_steps=50,
+    damage_bit_trials=4,
+    damage_block_trials=2,
 )
 
 
@@ -173,10 +184,11 @@ def sections(settings: Settings, workdir: Path) -> list[tuple[str, Callable[[], 
         ("s3", lambda: s3_section(settings, workdir / "s3")),
         ("retention", lambda: retention_section(settings, workdir / "retention")),
         ("store", lambda: store_section(settings, workdir / "store")),
+        ("damage", lambda: damage_section(settings, workdir / "damage")),
     ]
 
 
-SECTIONS = ("chat", "history", "calls", "cli", "s3", "retention", "store")
+SECTIONS = ("chat", "history", "calls", "cli", "s3", "retention", "store", "damage")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
     results = json.loads((tmp_path / "results" / "latest.json").read_text())
-    for section in ("chat", "disk", "history", "calls", "cli", "recovery", "s3"):
+    for section in ("chat", "disk", "history", "calls", "cli", "recovery", "s3", "damage"):
         assert section in results, section
     chat = results["chat"]
     assert set(chat["at_length"]) == {str(n) for n in results["settings"]["chat_lengths"]}
@@ -37,6 +37,18 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     recovery = results["recovery"]
     # skipped (with its reason in the tables) if the store stops keeping a file per checkpoint
     assert "skipped" in recovery or set(recovery["cases"]) == {"0", "1", "10", "100"}
+
+    damage = results["damage"]
+    settings = results["settings"]
+    for kind, trials in (("bit", "damage_bit_trials"), ("block", "damage_block_trials")):
+        for saver, row in damage["rows"][kind].items():
+            assert row["trials"] == settings[trials] == len(damage["trials"][kind][saver])
+            assert row["checkpoints"] == damage["checkpoints"][saver] > 0
+            # every trial is counted once: a checkpoint returned (placed or unknown), or an error
+            placed = row["newest"] + row["back_1"] + row["back_more"]
+            assert placed + row["unknown_returned"] + row["raised"] == row["trials"], row
+    assert set(damage["rows"]["bit"]) == {"VerifiedSaver(path)", "SqliteSaver"}
+    assert "after_repair_exact_trials" in damage["rows"]["bit"]["VerifiedSaver(path)"]
 
     s3 = results["s3"]
     # measured wherever the test extra's S3 server and the s3 extra are installed
@@ -62,6 +74,7 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
         "## 6.",
         "## 7.",
         "## 8.",
+        "## 11.",
         "AsyncSqliteSaver",
     ):
         assert title in table, title

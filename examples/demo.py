@@ -7,9 +7,11 @@ temporary directory; nothing needs a network.
    thread and the finished steps do not run again.
 2. A real child process is killed with SIGKILL in the middle of a step; a new
    process resumes it to the end.
-3. The newest checkpoint file is damaged on disk; the saver falls back to the
-   newest checkpoint that verifies, quarantines the damaged file, and the run
-   still finishes with the right result.
+3. The newest checkpoint is damaged on disk. One bad bit costs nothing: the
+   log's parity rebuilds it, and repair writes it back. Damage beyond what
+   parity rebuilds: the saver falls back to the newest checkpoint that
+   verifies, quarantines the damaged record, and the run still finishes with
+   the right result.
 4. A three-phase agent fails in its second phase; ``run_with_recovery`` rolls
    back to the end of phase one, retries with a corrective hint, and the email
    its tool sends goes out once (``examples/side_effects_demo.py``).
@@ -132,17 +134,9 @@ def killed_process(root: Path) -> None:
     say("   only the killed review step ran again.")
 
 
-def damaged_checkpoint(root: Path) -> None:
-    say()
-    say("3. The newest checkpoint is damaged on disk")
-    store, workdir = root / "store-3", root / "work-3"
-    workdir.mkdir()
-    config = {"configurable": {"thread_id": "report-3"}}
-    graph = build_agent(workdir, kill_in=None).compile(checkpointer=VerifiedSaver(store))
-    # stop before the last step, the way an interrupted run would
-    graph.invoke({"topic": "glaciers", "notes": []}, config, interrupt_before=["publish"])
-    # the thread's records are entries of one log: find the newest checkpoint's entry
-    log = store / "threads" / "report-3" / "log"
+def flip_newest_checkpoint(store: Path, thread_id: str) -> Path:
+    """Flip one bit in the middle of the newest checkpoint's record, in the thread's log."""
+    log = store / "threads" / thread_id / "log"
     data = bytearray(log.read_bytes())
     entries, _, _ = scan(bytes(data))
     newest = max((e for e in entries if e.key.endswith(".ckpt")), key=lambda e: e.key)
@@ -152,7 +146,38 @@ def damaged_checkpoint(root: Path) -> None:
         f"   flipped one bit in {log.relative_to(store)}, at byte {newest.data_offset},"
         " inside the newest checkpoint's record"
     )
+    return log
 
+
+def damaged_checkpoint(root: Path) -> None:
+    say()
+    say("3. The newest checkpoint is damaged on disk")
+    store, workdir = root / "store-3", root / "work-3"
+    workdir.mkdir()
+    config = {"configurable": {"thread_id": "report-3"}}
+    graph = build_agent(workdir, kill_in=None).compile(checkpointer=VerifiedSaver(store))
+    # stop before the last step, the way an interrupted run would
+    graph.invoke({"topic": "glaciers", "notes": []}, config, interrupt_before=["publish"])
+    newest_step = graph.get_state(config).metadata["step"]
+
+    # a. one bad bit: the log's parity rebuilds the block it is in; nothing is lost
+    flip_newest_checkpoint(store, "report-3")
+    damage_seen = []
+    saver = VerifiedSaver(store, on_corruption=damage_seen.append)
+    state = build_agent(workdir).compile(checkpointer=saver).get_state(config)
+    assert state.metadata["step"] == newest_step and damage_seen[0].healed
+    say(f"   get_state returned step {state.metadata['step']}: the newest checkpoint, rebuilt")
+    say(f"   reported: {damage_seen[0].reason}")
+    repaired = saver.verify(repair=True)
+    say(
+        f"   verify(repair=True) wrote {len(repaired.healed)} rebuilt block(s) back;"
+        f" verify() now: ok={saver.verify().ok}"
+    )
+
+    # b. damage beyond what parity rebuilds (here: the parity lost as well)
+    log = flip_newest_checkpoint(store, "report-3")
+    log.with_name("log.parity").unlink()
+    say("   ...and deleted the log's parity, so that nothing can rebuild it this time")
     damage_seen = []
     saver = VerifiedSaver(store, on_corruption=damage_seen.append)
     graph = build_agent(workdir).compile(checkpointer=saver)

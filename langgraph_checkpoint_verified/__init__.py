@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from langgraph_checkpoint_verified.cache import VerifiedCache
     from langgraph_checkpoint_verified.engine import (
         Damage,
+        HealedBlock,
         RecoveryStats,
         RetentionPolicy,
         SweepReport,
@@ -57,6 +58,7 @@ _LAZY = {
     "Damage": "langgraph_checkpoint_verified.engine",
     "FileStorage": "langgraph_checkpoint_verified.storage",
     "MemoryStorage": "langgraph_checkpoint_verified.storage",
+    "HealedBlock": "langgraph_checkpoint_verified.engine",
     "MigrationReport": "langgraph_checkpoint_verified.migration",
     "ObjectStorage": "langgraph_checkpoint_verified.storage",
     "RecoveryFailedError": "langgraph_checkpoint_verified.retry",
@@ -98,6 +100,7 @@ __all__ = [
     "CheckpointDamagedError",
     "Damage",
     "FileStorage",
+    "HealedBlock",
     "MemoryStorage",
     "MigrationReport",
     "ObjectStorage",

@@ -7,6 +7,7 @@ look at a log without a reader's side effects (reports, quarantine copies).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from langgraph_checkpoint_verified.storage.log.entries import PUT, DamagedSpan, Entry, scan
 
@@ -69,3 +70,11 @@ def view_log(data: bytes, thread_key: str) -> LogView:
         else:
             directory.pop(event.key, None)
     return LogView(bytes(data), entries, damaged, end, directory)
+
+
+def lose_parity(log: Path) -> None:
+    """Remove the parity beside a thread's ``log``: damage made to the log afterwards is
+    beyond what parity rebuilds, as if the parity of its stripe were damaged as well (or
+    the store were written before logs had parity). For tests of what the saver does
+    with damage it cannot heal: report, quarantine, fall back."""
+    log.with_name(log.name + ".parity").unlink(missing_ok=True)

@@ -24,6 +24,7 @@ from echo_graph import build_graph
 from langchain_core.load import load as langchain_load
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
+from logtools import lose_parity
 
 from langgraph_checkpoint_verified import VerifiedSaver, cli
 from langgraph_checkpoint_verified.cli import main
@@ -87,12 +88,14 @@ def located(log: Path, entry: log_entries.Entry) -> str:
 
 
 def flip_byte(log: Path, entry: log_entries.Entry) -> bytes:
-    """Flip a byte in the middle of an entry's record, in place; the entry's bytes now.
+    """Flip a byte in the middle of an entry's record, in place, and lose the log's parity;
+    the entry's bytes now.
 
     Intact entries must follow it: damage in the last entry is a torn tail.
     """
     data = bytearray(log.read_bytes())
     assert entry.end < len(data), "the entry is the log's last: a torn tail, not damage"
+    lose_parity(log)  # damage beyond what parity rebuilds
     data[entry.data_offset + entry.data_size // 2] ^= 0x01
     log.write_bytes(bytes(data))
     return bytes(data[entry.offset : entry.end])
@@ -372,6 +375,7 @@ def test_a_flipped_byte_in_the_last_entry_is_damage_not_a_torn_tail(
     entries, _, _ = log_entries.scan(log.read_bytes())
     last = entries[-1]
     assert last.end == log.stat().st_size
+    lose_parity(log)  # damage beyond what parity rebuilds
     data = bytearray(log.read_bytes())
     data[last.data_offset + last.data_size // 2] ^= 0x01
     log.write_bytes(bytes(data))
@@ -395,6 +399,7 @@ def test_damage_naming_no_key_is_reported_copied_once_and_compacted_away(
     where they are in the log (and the checkpoint they held as missing); repair
     copies them to the quarantine and compacts the log without them."""
     log, lost = checkpoint_entry(store, by_step(history(store, "alpha"), 1))
+    lose_parity(log)  # damage beyond what parity rebuilds
     data = bytearray(log.read_bytes())
     data[lost.offset : lost.offset + log_entries.HEADER_SIZE] = bytes(log_entries.HEADER_SIZE)
     log.write_bytes(bytes(data))

@@ -21,7 +21,12 @@ from langgraph_checkpoint_verified.engine.marker import STORE_MARKER_KEY
 from langgraph_checkpoint_verified.records.keys import MAX_SEGMENT, decode_segment, encode_segment
 from langgraph_checkpoint_verified.storage.base import LOCK_NAME
 from langgraph_checkpoint_verified.storage.log.entries import PUT, scan
-from langgraph_checkpoint_verified.storage.log.file_storage import HINT_NAME, LOG_NAME, FileStorage
+from langgraph_checkpoint_verified.storage.log.file_storage import (
+    HINT_NAME,
+    LOG_NAME,
+    PARITY_NAME,
+    FileStorage,
+)
 
 LONG_PREFIX = "p" * 200
 STRANGE = [
@@ -100,7 +105,8 @@ def assert_store_safe(root):
             else:
                 assert stat.S_ISREG(mode), path
                 assert stat.S_IMODE(mode) == 0o600, path
-                assert name in (LOCK_NAME, STORE_MARKER_KEY, LOG_NAME, HINT_NAME), path
+                names = (LOCK_NAME, STORE_MARKER_KEY, LOG_NAME, HINT_NAME, PARITY_NAME)
+                assert name in names, path
                 if name == LOG_NAME:
                     logs.append(path)
     keys = set()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from logtools import lose_parity
+
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.storage.log.entries import scan
 
@@ -27,6 +29,7 @@ def test_verify_names_bytes_between_entries_that_are_no_entry(tmp_path):
     log = one_thread_log(tmp_path, "t")
     first_end = scan(log)[0][0].end
     log_path = tmp_path / "t" / "threads" / "t" / "log"
+    lose_parity(log_path)
     log_path.write_bytes(log[:first_end] + b"junk" * 10 + log[first_end:])
     seen = []
     report = VerifiedSaver(tmp_path / "t", fsync=False, on_corruption=seen.append).verify()
@@ -37,6 +40,7 @@ def test_verify_names_bytes_between_entries_that_are_no_entry(tmp_path):
 
 def test_verify_names_entries_of_another_thread_in_a_threads_log(tmp_path):
     one_thread_log(tmp_path, "t")
+    lose_parity(tmp_path / "t" / "threads" / "t" / "log")
     (tmp_path / "t" / "threads" / "t" / "log").write_bytes(one_thread_log(tmp_path, "other"))
     saver = VerifiedSaver(tmp_path / "t", fsync=False)
     assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None

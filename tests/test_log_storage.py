@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from logtools import lose_parity
 
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
 from langgraph_checkpoint_verified.storage.base import LOCK_NAME
@@ -65,8 +66,8 @@ def test_records_of_a_thread_are_entries_of_its_log_and_the_rest_are_files(tmp_p
     assert storage.read(f"{T}/ns/a/checkpoints/2.ckpt") is None
     assert storage.read("threads/other/ns/a") is None
     assert (tmp_path / "store.marker").read_bytes() == b"marker"
-    # one file per thread, whatever the number of records
-    assert sorted(p.name for p in (tmp_path / T).iterdir()) == [LOG_NAME]
+    # one log per thread, whatever the number of records, and its parity beside it
+    assert sorted(p.name for p in (tmp_path / T).iterdir()) == [LOG_NAME, f"{LOG_NAME}.parity"]
     assert entries_of(tmp_path) == [
         (PUT, f"{T}/ns/a/checkpoints/1.ckpt"),
         (PUT, f"{T}/ns/a/checkpoints/1.ckpt"),
@@ -351,6 +352,7 @@ def test_the_last_entries_damaged_are_damage_not_a_torn_tail(tmp_path):
     entries = scan(bytes(data))[0]
     for entry in entries[1:]:  # b, c and d: every entry after a
         data[entry.data_offset + 10] ^= 0xFF
+    lose_parity(log_of(tmp_path))  # damage beyond what parity rebuilds
     torn = encode_entry(PUT, f"{T}/ns/torn", b"never acknowledged" * 10)[:-7]
     damaged = bytes(data)
     log_of(tmp_path).write_bytes(damaged + torn)
@@ -376,6 +378,7 @@ def test_damage_in_the_middle_reads_as_its_key_or_is_reported(tmp_path):
     data[a.data_offset + 10] ^= 0xFF  # a flipped byte in a's data: its header still names it
     data[c.offset : c.offset + 4] = b"XXXX"  # c's header destroyed: it names nothing
     log_of(tmp_path).write_bytes(bytes(data))
+    lose_parity(log_of(tmp_path))  # damage beyond what parity rebuilds
 
     reader = FileStorage(tmp_path)
     reports = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
-from logtools import view_log
+from logtools import lose_parity, view_log
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.engine import reads
@@ -108,7 +108,8 @@ def test_values_are_never_shared_between_reads(tmp_path, backend):
     }
 
 
-def test_damage_after_a_read_is_seen_by_the_same_saver(tmp_path):
+@pytest.mark.parametrize("parity", ["kept", "lost"])
+def test_damage_after_a_read_is_seen_by_the_same_saver(tmp_path, parity):
     saver = make_saver("files", tmp_path)
     configs = put_steps(saver, 3)
     saver.put_writes(configs[-1], [("messages", "w")], "task")  # the record is not the tail
@@ -121,9 +122,15 @@ def test_damage_after_a_read_is_seen_by_the_same_saver(tmp_path):
     damaged = bytearray(log_path.read_bytes())
     damaged[entry.data_offset + entry.data_size // 2] ^= 0x01
     log_path.write_bytes(bytes(damaged))  # same file, same size: only the bytes differ
+    if parity == "lost":
+        lose_parity(log_path)
     found = saver.get_tuple(THREAD)
-    assert found.config == configs[-2]  # the newest that verifies
-    assert saver.stats.damaged_records == 1
+    if parity == "kept":  # rebuilt from the parity: the newest itself, reported as healed
+        assert found.config == configs[-1]
+        assert (saver.stats.healed_blocks, saver.stats.damaged_records) == (1, 0)
+    else:
+        assert found.config == configs[-2]  # the newest that verifies
+        assert saver.stats.damaged_records == 1
 
 
 def test_a_rewrite_by_another_saver_is_seen(tmp_path):

@@ -147,11 +147,11 @@ def test_a_keyed_store_rejects_records_forged_without_its_key(tmp_path, forger_k
 
 
 def test_a_write_killed_before_its_rename_leaves_a_temp_file_that_is_never_read(tmp_path):
-    """Appends write no temp file; compaction does (the live records, then ``replace``
-    over the log). A compaction killed before its rename leaves the old log, which
-    is read as before, and a temp file that is never read and that the next reader
-    or compaction of the thread removes, its writer being dead. A live writer's
-    temp file is left alone."""
+    """Appends write no temp file; compaction does (the live records and their parity,
+    then ``replace`` over the log and its parity). A compaction killed before its rename
+    leaves the old log, which is read as before, and temp files that are never read and
+    that the next reader or compaction of the thread removes, their writer being dead.
+    A live writer's temp file is left alone."""
     store = tmp_path / "store"
     configs = put_chain(VerifiedSaver(store), "t", 3)
     child = textwrap.dedent(
@@ -171,8 +171,8 @@ def test_a_write_killed_before_its_rename_leaves_a_temp_file_that_is_never_read(
     assert result.returncode == -signal.SIGKILL, result.stderr.decode()
     directory = store / thread_prefix("t")
     leftovers = [p for p in directory.iterdir() if p.name.startswith(TEMP_PREFIX)]
-    assert len(leftovers) == 1  # the complete, fsynced, never renamed log
-    assert leftovers[0].stat().st_size > 0
+    assert len(leftovers) == 2  # the complete, fsynced, never renamed log, and its parity
+    assert all(p.stat().st_size > 0 for p in leftovers)
 
     live = directory / f"{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-inflight"
     live.write_bytes(b"partial")
@@ -183,7 +183,7 @@ def test_a_write_killed_before_its_rename_leaves_a_temp_file_that_is_never_read(
     saver.prune(["t"], strategy="keep_latest")
     assert saver.get_tuple(generate_config("t")).config == configs[-1]
     assert live.exists()
-    assert not leftovers[0].exists()
+    assert not any(p.exists() for p in leftovers)
 
 
 # -- fallback follows the parent chain, never a sibling branch ----------------------------

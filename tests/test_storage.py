@@ -20,6 +20,7 @@ import shutil
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+from logtools import lose_parity
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.records import keys as record_keys
@@ -202,9 +203,10 @@ def test_file_write_and_lock_make_a_removed_directory_again(tmp_path, removed_by
 
 
 def flip_middle_byte(root, key: str) -> tuple[bytes, bytes]:
-    """Flip a byte in the middle of ``key``'s record in its thread's log; the record's
-    bytes and its whole entry's bytes, as they now are."""
+    """Flip a byte in the middle of ``key``'s record in its thread's log, and lose the
+    log's parity; the record's bytes and its whole entry's bytes, as they now are."""
     log = root / key.split("/ns/")[0] / LOG_NAME
+    lose_parity(log)  # damage beyond what parity rebuilds
     damaged = bytearray(log.read_bytes())
     (entry,) = [e for e in scan(bytes(damaged))[0] if e.key == key][-1:]
     damaged[entry.data_offset + entry.data_size // 2] ^= 0xFF

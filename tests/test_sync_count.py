@@ -6,11 +6,9 @@ makes it, so LangGraph's background threads do not mix their calls up. A first r
 the graph warms the thread up (its directories and lock file exist from then on); every
 call of the second run must cost exactly the figures below.
 
-They are today's: one file per record, written to a temp file, fsynced, renamed (or
-linked, for the first-writer-wins writes record) and its directory fsynced; the writes of
-each checkpoint get a directory of their own, made durable by an fsync of its parent. An
-append-only log per thread aims at 1 sync, 0 renames and 0 new files per call: change
-these constants when it lands.
+Each call is one append to the thread's log and one ``fdatasync``, then one ``pwrite``
+of the parity records of the stripes the append touched (``docs/format.md``), which is
+never synced on its own: no new file, no rename, no directory sync.
 """
 
 from __future__ import annotations
@@ -27,9 +25,11 @@ from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
 
-# put: one entry appended to the thread's log, one fdatasync; no new file, no rename,
-# no directory sync (the log and its directory were made by the thread's first call)
+# put: one entry appended to the thread's log, one fdatasync, one write of its parity;
+# no new file, no rename, no directory sync (the log, its parity and its directory were
+# made by the thread's first call)
 SYNCS_PER_PUT = 1
+WRITES_PER_PUT = 2
 DIR_SYNCS_PER_PUT = 0
 RENAMES_PER_PUT = 0
 LINKS_PER_PUT = 0
@@ -38,6 +38,7 @@ NEW_DIRS_PER_PUT = 0
 
 # put_writes: the same, one entry per batch of writes
 SYNCS_PER_PUT_WRITES = 1
+WRITES_PER_PUT_WRITES = 2
 DIR_SYNCS_PER_PUT_WRITES = 0
 RENAMES_PER_PUT_WRITES = 0
 LINKS_PER_PUT_WRITES = 0
@@ -47,6 +48,7 @@ NEW_DIRS_PER_PUT_WRITES = 0
 EXPECTED = {
     "put": {
         "syncs": SYNCS_PER_PUT,
+        "writes": WRITES_PER_PUT,
         "dir_syncs": DIR_SYNCS_PER_PUT,
         "renames": RENAMES_PER_PUT,
         "links": LINKS_PER_PUT,
@@ -55,6 +57,7 @@ EXPECTED = {
     },
     "put_writes": {
         "syncs": SYNCS_PER_PUT_WRITES,
+        "writes": WRITES_PER_PUT_WRITES,
         "dir_syncs": DIR_SYNCS_PER_PUT_WRITES,
         "renames": RENAMES_PER_PUT_WRITES,
         "links": LINKS_PER_PUT_WRITES,
@@ -117,6 +120,7 @@ class CountingSaver(VerifiedSaver):
 def cost(tally: Tally) -> dict[str, int]:
     return {
         "syncs": tally.syncs,
+        "writes": tally.writes,
         "dir_syncs": tally.dir_syncs,
         "renames": tally.renames,
         "links": tally.links,
@@ -183,6 +187,7 @@ def test_the_counts_see_the_calls_the_saver_makes(tmp_path):
             saver.put({"configurable": {"thread_id": "new"}}, checkpoint, {}, {"x": 1})
     first = Tally.of(ops)
     assert first.new_dirs > 0 and first.dir_syncs > DIR_SYNCS_PER_PUT
-    assert first.new_files == NEW_FILES_PER_PUT + 2  # the thread's lock file and its log
+    # the thread's lock file, its log and the log's parity
+    assert first.new_files == NEW_FILES_PER_PUT + 3
     assert ops == disk.ops[-len(ops) :]  # after the ones opening the store made
     assert {op.thread for op in ops} == {threading.get_ident()}

@@ -64,12 +64,23 @@ def run_verify(args: argparse.Namespace) -> int:
         print_report(saver, report)
         if report.needs_repair:
             where = f" --thread {thread_id}" if thread_id is not None else ""
-            print(f"run `{PROG} repair {args.store}{where}` to move the damage to quarantine/")
+            print(f"run `{PROG} repair {args.store}{where}` {_what_repair_does(report)}")
             if not is_object_store(args.store) and not os.access(args.store, os.W_OK):
                 print(
                     f"note: {args.store} is read-only for this process: repair needs to write to it"
                 )
     return EXIT_OK if report.ok else EXIT_DAMAGED
+
+
+def _what_repair_does(report: VerifyReport) -> str:
+    if report.damaged or report.unusable_checkpoints:
+        return "to move the damage to quarantine/"
+    done = []
+    if any(not h.written_back for h in report.healed):
+        done.append("write the rebuilt blocks back")
+    if report.unprotected_bytes:
+        done.append("add the missing parity")
+    return "to " + " and ".join(done)
 
 
 def run_repair(args: argparse.Namespace) -> int:
@@ -94,7 +105,7 @@ def run_repair(args: argparse.Namespace) -> int:
         raise CommandError(
             f"{args.store} was written with a secret key; pass --key-file FILE (nothing was moved)"
         )
-    if survey.ok:
+    if not survey.needs_repair:
         print_report(saver, survey)
         print("nothing to repair")
         return EXIT_OK
@@ -112,7 +123,9 @@ def run_repair(args: argparse.Namespace) -> int:
         for u in report.unusable_checkpoints
         if u.quarantined_to and u.quarantined_to not in moved
     }
-    if report.read_only and not moved and not checkpoints_moved and not report.rewritten:
+    written_back = [h for h in report.healed if h.written_back]
+    changed = moved or checkpoints_moved or report.rewritten or written_back
+    if report.read_only and not changed and not report.protected_bytes:
         if is_object_store(args.store):
             raise CommandError(
                 f"cannot repair {args.store}: the bucket refuses this process's writes, so "
@@ -139,10 +152,15 @@ def run_repair(args: argparse.Namespace) -> int:
         print(f"moved {was_at.get(key) or location(key)}")
         print(f"   to {where}")
         print(f"      (checkpoint that can never load: {unusable.reason})")
+    for healed in written_back:
+        print(f"wrote back {healed.location} (rebuilt from the log's parity)")
+    if report.protected_bytes:
+        print(f"added parity for {report.protected_bytes} bytes of logs")
     from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
 
     count = len(moved) + len(checkpoints_moved)
-    print(f"quarantined {count} record(s) under {location(QUARANTINE_PREFIX)}")
+    if count or not (written_back or report.protected_bytes):
+        print(f"quarantined {count} record(s) under {location(QUARANTINE_PREFIX)}")
     after = saver.verify(thread_id)
     if after.ok:
         print("the store verifies now")
@@ -171,7 +189,13 @@ def print_report(saver: VerifiedSaver, report: VerifyReport) -> None:
     )
     if report.ok:
         print("ok: every record verifies")
+        _print_unprotected(report)
         return
+    if report.healed:
+        print(f"damaged blocks rebuilt from parity: {len(report.healed)} (no record lost)")
+    for healed in report.healed:
+        state = "written back" if healed.written_back else "repair writes it back"
+        print(f"  block  {healed.location}  ({state})")
     if report.damaged:
         print(f"damaged records: {len(report.damaged)}")
     for damage in report.damaged:
@@ -186,6 +210,15 @@ def print_report(saver: VerifiedSaver, report: VerifyReport) -> None:
         )
         print(f"      {unusable.reason}")
         print(f"      {unusable.advice}")
+    _print_unprotected(report)
+
+
+def _print_unprotected(report: VerifyReport) -> None:
+    if report.unprotected_bytes:
+        print(
+            f"{report.unprotected_bytes} bytes of thread logs have no parity (written before "
+            f"logs had it, or its record was lost): repair adds it"
+        )
 
 
 @contextlib.contextmanager

@@ -17,12 +17,17 @@ the names this package exports and the public attributes of ``Engine``.
 from langgraph_checkpoint_verified.engine.core import Engine
 from langgraph_checkpoint_verified.engine.damage import Damage, DamageReporter, RecoveryStats
 from langgraph_checkpoint_verified.engine.retention import RetentionPolicy, SweepReport
-from langgraph_checkpoint_verified.engine.verify import UnusableCheckpoint, VerifyReport
+from langgraph_checkpoint_verified.engine.verify import (
+    HealedBlock,
+    UnusableCheckpoint,
+    VerifyReport,
+)
 
 __all__ = [
     "Damage",
     "DamageReporter",
     "Engine",
+    "HealedBlock",
     "RecoveryStats",
     "RetentionPolicy",
     "SweepReport",

@@ -105,6 +105,7 @@ class Engine:
         self.strict = strict
         if isinstance(storage, FileStorage):
             storage.on_damaged_span = reporter.damaged_span
+            storage.on_healed = reporter.healed
         # Records verified (or written) here, trusted while their storage stamp is
         # unchanged: another process may have rewritten them (prune, delete_for_runs) since.
         self.records = RecordCache()

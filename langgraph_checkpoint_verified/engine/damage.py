@@ -44,6 +44,8 @@ class Damage:
         kind: ``"checkpoint"``, ``"writes"``, ``"tool_result"``... when known.
         identity: What the record says it is, when its header still verifies.
         quarantined_to: Where it was moved, if it was quarantined.
+        healed: The damaged bytes were rebuilt from the log's parity and what was
+            read is intact: nothing fell back, nothing was moved.
     """
 
     key: str
@@ -52,6 +54,7 @@ class Damage:
     kind: str | None = None
     identity: dict[str, str] | None = None
     quarantined_to: str | None = None
+    healed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +72,8 @@ class RecoveryStats:
         fallbacks: Reads that returned an older checkpoint than the one asked for
             (or than the newest one) because of damage.
         restarts_from_scratch: Reads that found checkpoints but none that verified.
+        healed_blocks: Damaged 4 KB blocks of a log rebuilt from its parity on read
+            (each counted once per process).
     """
 
     damaged_records: int = 0
@@ -76,6 +81,7 @@ class RecoveryStats:
     quarantined_records: int = 0
     fallbacks: int = 0
     restarts_from_scratch: int = 0
+    healed_blocks: int = 0
 
 
 def kind_name(key: str) -> str | None:
@@ -243,6 +249,30 @@ class DamageReporter:
             except OSError as exc:
                 outcome = f" (not copied: {exc})"
         logger.warning("damaged log entry at %s: %s%s", location, reason, outcome)
+        self._notify(damage)
+        return damage
+
+    def healed(self, location: str, key: str | None) -> Damage:
+        """Handle a damaged block of a log that was rebuilt from its parity (``storage.log``).
+
+        What was read is intact, so nothing falls back and nothing is moved; the
+        damage is reported all the same, and stays on disk until ``repair``
+        writes the rebuilt block back in its place.
+        """
+        damage = Damage(
+            key=key or location,
+            location=location,
+            reason="damaged block rebuilt from the log's parity; run repair to write it back",
+            kind=kind_name(key or ""),
+            healed=True,
+        )
+        with self._lock:
+            self.stats.healed_blocks += 1
+        logger.warning(
+            "damaged block at %s rebuilt from the log's parity%s",
+            location,
+            f" (reading {key})" if key else "",
+        )
         self._notify(damage)
         return damage
 

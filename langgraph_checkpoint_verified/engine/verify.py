@@ -66,6 +66,22 @@ class UnusableCheckpoint:
 
 
 @dataclass
+class HealedBlock:
+    """A 4 KB block of a thread's log that failed its CRC and was rebuilt from the parity.
+
+    Attributes:
+        location: ``<log path>@<offset>``.
+        written_back: Whether repair wrote the rebuilt block in its place.
+    """
+
+    location: str
+    written_back: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class VerifyReport:
     """What ``VerifiedSaver.verify`` found (and, with ``repair=True``, did).
 
@@ -83,6 +99,14 @@ class VerifyReport:
             themselves, before it moved aside the records they kept them in.
         read_only: Repair was asked for but this process cannot write to the
             store (permissions, a read-only mount): what was not moved yet stays.
+        healed: Damaged blocks of thread logs that the logs' parity rebuilds, so
+            that no record in them is lost; reads are served the rebuilt bytes,
+            and repair writes them back.
+        unprotected_bytes: Bytes of thread logs that no intact parity covers (a
+            store written before logs had parity, a lost parity record): one
+            damaged block there costs its records. Repair adds the parity, where
+            the log's own entries verify.
+        protected_bytes: Bytes repair added parity for.
     """
 
     records_checked: int = 0
@@ -92,18 +116,30 @@ class VerifyReport:
     repaired: bool = False
     rewritten: list[str] = field(default_factory=list)
     read_only: bool = False
+    healed: list[HealedBlock] = field(default_factory=list)
+    unprotected_bytes: int = 0
+    protected_bytes: int = 0
 
     @property
     def ok(self) -> bool:
-        """True when nothing is damaged and every checkpoint is usable."""
-        return not self.damaged and not self.unusable_checkpoints
+        """True when nothing is damaged (or every damaged block is written back healed)
+        and every checkpoint is usable."""
+        return (
+            not self.damaged
+            and not self.unusable_checkpoints
+            and all(h.written_back for h in self.healed)
+        )
 
     @property
     def needs_repair(self) -> bool:
-        """Whether ``verify(repair=True)`` would move something that is still in place."""
-        return any(
-            d.quarantined_to is None and not d.reason.startswith(MISSING) for d in self.damaged
-        ) or any(u.repairable and u.quarantined_to is None for u in self.unusable_checkpoints)
+        """Whether ``verify(repair=True)`` would change something: move damage that is
+        still in place, write healed blocks back, or add missing parity."""
+        return (
+            any(d.quarantined_to is None and not d.reason.startswith(MISSING) for d in self.damaged)
+            or any(u.repairable and u.quarantined_to is None for u in self.unusable_checkpoints)
+            or any(not h.written_back for h in self.healed)
+            or self.unprotected_bytes > 0
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +151,9 @@ class VerifyReport:
             "repaired": self.repaired,
             "rewritten": list(self.rewritten),
             "read_only": self.read_only,
+            "healed": [h.to_dict() for h in self.healed],
+            "unprotected_bytes": self.unprotected_bytes,
+            "protected_bytes": self.protected_bytes,
         }
 
 
@@ -181,6 +220,9 @@ def verify_store(
         if progress is not None:
             progress(done, len(keys))
 
+    if isinstance(storage, FileStorage):
+        # first, so that what parity heals is written back before records are judged
+        _scrub_logs(storage, prefix, report, repair=repair and reporter.quarantine_enabled)
     quarantined = reporter.quarantined_under(f"{prefix}/")
     for thread, thread_keys in _by_thread(keys):
         scan = _scan(engine, thread_keys, tick)
@@ -196,6 +238,26 @@ def verify_store(
     if isinstance(storage, FileStorage):
         _check_damaged_bytes(engine, storage, prefix, report, repair=repair)
     return report
+
+
+def _scrub_logs(storage: FileStorage, prefix: str, report: VerifyReport, *, repair: bool) -> None:
+    """Check every block of the logs under ``prefix`` against their parity; with
+    ``repair``, write healed blocks back and add the parity that is missing."""
+    try:
+        found = storage.scrub(prefix, repair=repair)
+    except StoreWriteError as exc:
+        if exc.errno not in CANNOT_WRITE_ERRNOS:
+            raise
+        report.read_only = True  # what is healed is still served healed
+        found = storage.scrub(prefix, repair=False)
+    for log_path, scrubbed in found:
+        report.healed.extend(
+            HealedBlock(f"{log_path}@{offset}", written_back=scrubbed.rewritten)
+            for offset in scrubbed.healed
+        )
+        report.unprotected_bytes += sum(end - start for start, end in scrubbed.unprotected)
+        report.protected_bytes += sum(end - start for start, end in scrubbed.protected)
+    report.unprotected_bytes -= report.protected_bytes
 
 
 def _check_damaged_bytes(

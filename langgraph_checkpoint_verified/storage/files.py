@@ -108,7 +108,7 @@ class RecordFileStorage(OneRecordPerWrite):
         """A new, uniquely named file in ``directory`` (made if missing), open for writing."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         self.ensure_directory(directory, sync=sync)
-        temp = f"{directory}/{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-{secrets.token_hex(8)}"
+        temp = temp_path(directory)
         try:
             return temp, os.open(temp, flags, FILE_MODE)
         except FileNotFoundError:
@@ -362,6 +362,12 @@ def _pid_space() -> str:
 
 
 PID_SPACE = _pid_space()
+
+
+def temp_path(directory: str) -> str:
+    """A new temp file's path in ``directory``, named so that ``remove_if_abandoned`` can
+    tell, later and in any process, whether its writer is gone."""
+    return f"{directory}/{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-{secrets.token_hex(8)}"
 
 
 def remove_if_abandoned(path: str) -> None:

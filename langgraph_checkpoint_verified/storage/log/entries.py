@@ -91,6 +91,27 @@ def encode_entry(kind: int, key: str, data: bytes = b"") -> bytes:
     return body + struct.pack("<I", zlib.crc32(body))
 
 
+def entry_is_intact(entry: bytes) -> bool:
+    """Whether ``entry`` is exactly one intact entry storing a record (a read's check).
+
+    Example:
+        >>> entry = encode_entry(PUT, "threads/t/x", b"record")
+        >>> entry_is_intact(entry), entry_is_intact(entry[:-1] + b"?")
+        (True, False)
+    """
+    if len(entry) < MIN_ENTRY_SIZE:
+        return False
+    magic, kind, reserved, key_size, data_size = _HEADER.unpack_from(entry)
+    body_end = HEADER_SIZE + key_size + data_size
+    return (
+        magic == ENTRY_MAGIC
+        and kind == PUT
+        and reserved == 0
+        and body_end + CHECKSUM_SIZE == len(entry)
+        and zlib.crc32(memoryview(entry)[:body_end]) == int.from_bytes(entry[body_end:], "little")
+    )
+
+
 def _entry_at(view: memoryview, offset: int) -> Entry | str:
     """The intact entry starting at ``offset``, or why there is none."""
     if len(view) - offset < MIN_ENTRY_SIZE:

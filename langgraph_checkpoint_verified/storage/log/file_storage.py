@@ -34,12 +34,11 @@ from __future__ import annotations
 import builtins
 import itertools
 import os
-import secrets
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -48,28 +47,40 @@ from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
 from langgraph_checkpoint_verified.storage.base import FILE_MODE, LOCK_NAME
 from langgraph_checkpoint_verified.storage.files import (
-    PID_SPACE,
     RecordFileStorage,
     remove_if_abandoned,
     remove_quietly,
+    temp_path,
 )
 from langgraph_checkpoint_verified.storage.log.entries import (
     CHECKSUM_SIZE,
     DELETE,
+    HEADER_SIZE,
     PUT,
     DamagedSpan,
     decode_hint_index,
     encode_entry,
     encode_hint,
+    entry_is_intact,
     scan,
 )
 from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
+from langgraph_checkpoint_verified.storage.log.redundancy import (
+    PARITY_SUFFIX,
+    LogScrub,
+    ParityFile,
+    patch,
+    rebuilt_blocks,
+    scrub,
+    write_parity_file,
+)
 
 if sys.platform != "win32":
     import fcntl
 
 LOG_NAME = "log"
 HINT_NAME = "log.hint"
+PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 HINT_AFTER_BYTES = 256 * 1024
 """A process that read this much of a log to open it leaves a hint for the next one."""
 HINT_EVERY_BYTES = 4 * 1024 * 1024
@@ -87,6 +98,7 @@ class DamagedBytes:
 
     location: str
     """``<log path>@<offset>``."""
+    offset: int
     reason: str
     data: bytes
     claimed_key: str | None
@@ -124,12 +136,17 @@ class _ThreadLog:
         """Record files (the layout before logs) whose key the log holds since: key -> path."""
         self.hint_end = 0
         """How much of the log the newest hint this process knows of covers."""
+        self.parity = ParityFile(self.path)
+        self.healed: set[int] = set()
+        """Offsets of the blocks rebuilt from parity so far (each is reported once)."""
 
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
         self.fd = None
         self.ino = None
+        self.parity.close()
+        self.healed = set()
 
 
 class FileStorage:
@@ -158,6 +175,10 @@ class FileStorage:
         self.on_damaged_span: Callable[[str, str, bytes, str | None, str], Any] | None = None
         """Called as ``(log location, reason, bytes, claimed key, span id)`` for damage
         between entries that names no readable key (set by the saver's reporter)."""
+        self.on_healed: Callable[[str, str | None], Any] | None = None
+        """Called as ``(block location, key read)`` for each damaged block of a log
+        rebuilt from its parity, once per block and opening of the log (set by the
+        saver's reporter)."""
         self._logs: OrderedDict[str, _ThreadLog] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -284,7 +305,7 @@ class FileStorage:
                 return
             entries.append((key, where[0], where[1]))
         data = encode_hint(log.ino, log.end, entries)
-        temp = f"{log.directory}/{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-{secrets.token_hex(8)}"
+        temp = temp_path(log.directory)
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             try:
@@ -327,8 +348,18 @@ class FileStorage:
         if size <= log.end:
             return
         data = os.pread(fd, size - log.end, log.end)
-        entries, damaged, end = scan(data)
         base = log.end
+        entries, damaged, end = scan(data)
+        if damaged or end < len(data):
+            # Damage, or what looks like a torn tail, which bit rot in the last entry's
+            # header looks like too: rebuilt from parity where it can be, and read again.
+            suspect = [(base + d.offset, base + d.end) for d in damaged]
+            suspect.append((base + end, base + len(data)))
+            stripes = log.parity.heal(fd, suspect)
+            if stripes:
+                self._healed(log, rebuilt_blocks(data, base, stripes), None)
+                data = patch(data, base, stripes)
+                entries, damaged, end = scan(data)
         spans = iter(damaged)
         span = next(spans, None)
         thread_key = os.path.relpath(log.directory, self.files.location(""))
@@ -367,6 +398,7 @@ class FileStorage:
             return
         damaged = DamagedBytes(
             location=f"{log.path}@{base + span.offset}",
+            offset=base + span.offset,
             reason=span.reason,
             data=raw,
             claimed_key=key,
@@ -375,6 +407,15 @@ class FileStorage:
         log.spans.append(damaged)
         if self.on_damaged_span is not None:
             self.on_damaged_span(damaged.location, damaged.reason, raw, key, damaged.span_id)
+
+    def _healed(self, log: _ThreadLog, blocks: builtins.list[int], key: str | None) -> None:
+        """Report blocks of ``log`` rebuilt from its parity (each once per opening)."""
+        for offset in blocks:
+            if offset in log.healed:
+                continue
+            log.healed.add(offset)
+            if self.on_healed is not None:
+                self.on_healed(f"{log.path}@{offset}", key)
 
     # -- Storage ----------------------------------------------------------------
 
@@ -428,12 +469,14 @@ class FileStorage:
             if not kept:
                 return chosen
             payload = [encode_entry(kind, key, data) for kind, key, data in kept]
+            appended = b"".join(payload)
             try:
                 size = os.fstat(fd).st_size
                 if size > log.end:
                     # a torn tail: a crashed writer's half entry, cut before appending
                     os.ftruncate(fd, log.end)
-                _write_all(fd, b"".join(payload))
+                    log.parity.forget_after(log.end)
+                _write_all(fd, appended)
                 if self.fsync and durable:
                     os.fdatasync(fd)
             except OSError as exc:
@@ -443,6 +486,7 @@ class FileStorage:
             if size < log.end:
                 self._refresh(log)  # the log is shorter than we knew it: read it again
                 return chosen
+            log.parity.protect(fd, log.ino or 0, log.end, appended)
             # the entries are where we put them: no need to read them back
             offset = log.end
             for (kind, key, data), entry in zip(kept, payload, strict=True):
@@ -506,10 +550,24 @@ class FileStorage:
                 return self.files.read(os.path.relpath(where, self.files.location("")))
             offset, size = where
             assert log.fd is not None
-            data = os.pread(log.fd, size, offset)
-        if len(data) != size:
-            return data  # cut short under us (the store was damaged): does not verify
-        return data
+            return self._read_entry(log, key, offset, size)
+
+    def _read_entry(self, log: _ThreadLog, key: str, offset: int, size: int) -> bytes:
+        """The data of ``key``'s entry, whose data lies at ``offset``: checked against the
+        entry's checksum, and rebuilt from parity if it fails (caller holds ``log.lock``)."""
+        assert log.fd is not None
+        start = offset - HEADER_SIZE - len(key.encode("utf-8", "surrogatepass"))
+        entry = os.pread(log.fd, offset + size + CHECKSUM_SIZE - start, start)
+        if entry_is_intact(entry):
+            return entry[offset - start : offset - start + size]
+        stripes = log.parity.heal(log.fd, [(start, start + len(entry))])
+        if stripes:
+            healed = patch(entry, start, stripes)
+            if entry_is_intact(healed):
+                self._healed(log, rebuilt_blocks(entry, start, stripes), key)
+                return healed[offset - start : offset - start + size]
+        # damaged for good, or cut short under us: its data does not verify
+        return entry[offset - start : offset - start + size]
 
     def list(self, prefix: str) -> list[str]:
         thread_key = self._thread_dir_key(prefix)
@@ -532,21 +590,38 @@ class FileStorage:
         thread_key = self._thread_dir_key(prefix)
         if thread_key is None:
             return []
-        # a full read of the log, not the key directory (which a hint may have filled)
+        scratch = self._read_afresh(thread_key)
+        return [] if scratch is None else builtins.list(scratch.spans)
+
+    def _damaged_ranges(self, thread_key: str) -> builtins.list[tuple[int, int]]:
+        """Where a thread's log holds damage that parity cannot heal: (start, end) ranges."""
+        scratch = self._read_afresh(thread_key)
+        if scratch is None:
+            return []
+        ranges = [(d.offset, d.offset + len(d.data)) for d in scratch.spans]
+        for where in scratch.index.values():
+            if isinstance(where, _DamagedEntry):
+                ranges.append((where.offset, where.offset + len(where.data)))
+        return ranges
+
+    def _read_afresh(self, thread_key: str) -> _ThreadLog | None:
+        """A full, silent read of a thread's log (not the key directory, which a hint may
+        have filled): what every entry and every damaged stretch in it is, as of now."""
         scratch = _ThreadLog(self.files.location(thread_key))
         try:
             scratch.fd = os.open(scratch.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except (FileNotFoundError, NotADirectoryError):
-            return []
+            return None
         try:
             scratch.ino = os.fstat(scratch.fd).st_ino
             scratch.built = True
-            on_damage, self.on_damaged_span = self.on_damaged_span, None
+            callbacks = self.on_damaged_span, self.on_healed
+            self.on_damaged_span = self.on_healed = None
             try:
                 self._read_tail(scratch, scratch.fd, os.fstat(scratch.fd).st_size)
             finally:
-                self.on_damaged_span = on_damage
-            return builtins.list(scratch.spans)
+                self.on_damaged_span, self.on_healed = callbacks
+            return scratch
         finally:
             scratch.close()
 
@@ -730,20 +805,31 @@ class FileStorage:
             # new bytes go last, in key order: a checkpoint after the records it refers to
             end = len(live)
             live += [(end, key, data) for key, data in sorted(changes.items()) if data is not None]
-            temp = f"{log.directory}/{TEMP_PREFIX}{os.getpid()}-{PID_SPACE}-{secrets.token_hex(8)}"
+            temp, parity_temp = temp_path(log.directory), temp_path(log.directory)
             try:
                 fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
                 try:
-                    _write_all(fd, b"".join(encode_entry(PUT, k, d) for _, k, d in live))
+                    data = b"".join(encode_entry(PUT, k, d) for _, k, d in live)
+                    _write_all(fd, data)
                     if self.fsync:
                         os.fsync(fd)
                 finally:
                     os.close(fd)
+                write_parity_file(parity_temp, data, fsync=self.fsync)
+                # A sidecar never stands beside a log it is not of, whatever a crash
+                # keeps: the old one is gone (durably) before the new log is renamed
+                # in, and the new one follows it. In between, the log is unprotected,
+                # as a log written before parity existed is.
+                with suppress(FileNotFoundError):
+                    os.unlink(log.parity.path)
+                self.files.sync_directory(log.directory)
                 os.replace(temp, log.path)
-                if self.fsync:
-                    self.files.sync_directory(log.directory)
+                self.files.sync_directory(log.directory)
+                os.replace(parity_temp, log.parity.path)
+                self.files.sync_directory(log.directory)
             except BaseException as exc:
                 remove_quietly(temp)
+                remove_quietly(parity_temp)
                 if isinstance(exc, OSError):
                     raise StoreWriteError(log.path, exc) from exc
                 raise
@@ -751,6 +837,67 @@ class FileStorage:
             for path in [*folded, *log.shadowed.values()]:
                 remove_quietly(path)
             self._refresh(log)
+
+    def scrub(self, prefix: str, *, repair: bool) -> builtins.list[tuple[str, LogScrub]]:
+        """Check the logs of the threads under ``prefix`` block by block against their
+        parity: ``(log path, what was found)`` for each log that has something to say.
+
+        With ``repair``, under each log's append lock, rebuilt blocks are written back
+        in place (then synced) and the parity of bytes no intact record covers (a log
+        written before parity existed, a lost or damaged record) is written, where the
+        log's entries verify over those bytes.
+        """
+        if prefix == "threads":
+            return [
+                found
+                for name in sorted(self.files.list("threads"))
+                for found in self.scrub(f"threads/{name}", repair=repair)
+            ]
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            return []
+        log = self._log(thread_key)
+        if not os.path.exists(log.path):
+            return []
+        with log.lock, self._appending(log) if repair else nullcontext():
+            self._refresh(log)
+            if log.fd is None:
+                return []
+            damage: builtins.list[tuple[int, int]] = []
+
+            def vouched(start: int, end: int) -> bool:
+                if not damage:  # a full read of the log, made when first needed
+                    damage.append((-1, -1))
+                    damage.extend(self._damaged_ranges(thread_key))
+                return not any(lo < end and start < hi for lo, hi in damage)
+
+            writable: builtins.list[int] = []
+
+            def writable_log() -> int:
+                if not writable:
+                    writable.append(os.open(log.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)))
+                return writable[0]
+
+            try:
+                found = scrub(
+                    log.fd,
+                    log.end,
+                    log.parity,
+                    vouched=vouched,
+                    repair=repair,
+                    fsync=self.fsync,
+                    writable_log=writable_log,
+                )
+            except OSError as exc:
+                raise StoreWriteError(log.path, exc) from exc
+            finally:
+                for fd in writable:
+                    os.close(fd)
+            if found.rewritten:
+                log.close()  # read again: what was rebuilt is now what the file holds
+        if found.healed or found.unhealable or found.unprotected:
+            return [(log.path, found)]
+        return []
 
     def usage(self, prefix: str) -> int:
         """Bytes of the records at ``prefix`` or under it, from the key directory (no read)."""
@@ -794,4 +941,4 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-__all__ = ["LOCK_NAME", "FileStorage"]
+__all__ = ["HINT_NAME", "LOCK_NAME", "LOG_NAME", "PARITY_NAME", "FileStorage"]

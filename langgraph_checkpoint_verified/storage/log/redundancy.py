@@ -1,0 +1,292 @@
+"""A log's parity sidecar, ``log.parity``, as one process writes, reads and scrubs it.
+
+``storage.log.parity`` says what the sidecar holds; this module does the I/O:
+
+* **Writing.** After each append (its ``fdatasync`` done), the records of the
+  stripes it touched are written with one ``pwrite`` and no sync of their own.
+  Bit rot comes later: what a crash before the page cache is flushed loses is a
+  record of the stripe still being appended to, which the next append completes,
+  and records written long before, which ``verify`` reports as unprotected and
+  ``repair`` writes again.
+* **Healing.** A reader that finds bytes of the log failing their checks asks for
+  them rebuilt: each stripe they lie in is read whole, and its one damaged block,
+  if it has exactly one, is rebuilt from the parity and checked against its CRC.
+  The caller then checks the entries, and the records their digests, as always.
+* **Scrubbing.** ``scrub`` checks every block of a log against its stripe's
+  record; with ``repair`` it writes rebuilt blocks back in place (under the
+  append lock, then ``fdatasync``) and writes the records of stripes that have
+  none or a stale one, where the log's own entries vouch for the bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from langgraph_checkpoint_verified.storage.base import FILE_MODE
+from langgraph_checkpoint_verified.storage.log.parity import (
+    BLOCK_SIZE,
+    RECORD_SIZE,
+    STRIPE_SIZE,
+    OpenStripe,
+    StripeRecord,
+    damaged_blocks,
+    decode_record,
+    encode_parity,
+    rebuild,
+    record_offset,
+    stripe_of,
+)
+
+PARITY_SUFFIX = ".parity"
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class ParityFile:
+    """The sidecar of one log, for as long as this process keeps that log open.
+
+    Args:
+        log_path: The log's path; the sidecar is beside it, ``<log_path>.parity``.
+    """
+
+    def __init__(self, log_path: str) -> None:
+        self.path = log_path + PARITY_SUFFIX
+        self._fd: int | None = None
+        self._stripe: OpenStripe | None = None
+        """The stripe the log ends in, as this process last wrote its record."""
+        self._log_ino: int | None = None
+        """The log (inode) ``_fd`` and ``_stripe`` are for."""
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = None
+        self._stripe = None
+        self._log_ino = None
+
+    # -- writing -----------------------------------------------------------
+
+    def protect(self, log_fd: int, log_ino: int, at: int, appended: bytes) -> None:
+        """Cover ``appended``, just written at offset ``at`` of the log (``log_fd``).
+
+        Called under the log's append lock. Best effort: a sidecar that cannot be
+        written (a full disk) leaves those bytes unprotected, which ``verify``
+        reports; the append itself is already durable.
+        """
+        try:
+            if self._log_ino != log_ino:
+                self.close()
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
+                self._log_ino = log_ino
+            stripe = self._stripe
+            if stripe is None or stripe.end != at:
+                # first append here, or another process appended since
+                stripe = self._stripe = self._load(log_fd, at)
+            touched = stripe.extend(appended)
+            first = touched[0].number
+            os.pwrite(self._fd, b"".join(s.record() for s in touched), record_offset(first))
+        except OSError:
+            self.close()
+
+    def forget_after(self, end: int) -> None:
+        """Drop the records of the stripes after the one ``end`` lies in: the log was cut
+        back to ``end`` (a torn tail), and what it grows into there is new bytes, which
+        an old record must never be taken to describe. Durable before the log grows."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | _CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            if os.fstat(fd).st_size > record_offset(stripe_of(end) + 1):
+                os.ftruncate(fd, record_offset(stripe_of(end) + 1))
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        self._stripe = None
+
+    def _load(self, log_fd: int, at: int) -> OpenStripe:
+        """The open stripe ending at ``at``: from its record where that still holds (the
+        log's bytes are then checked against it, not trusted), else from the log."""
+        number = stripe_of(at)
+        start = number * STRIPE_SIZE
+        data = os.pread(log_fd, at - start, start)
+        record = self.record(number)
+        if record is not None and record.covered <= len(data):
+            rebuilt = rebuild(data, record)
+            if rebuilt is not None:
+                data = rebuilt.data
+        return OpenStripe.from_bytes(number, data)
+
+    def record(self, number: int) -> StripeRecord | None:
+        """Stripe ``number``'s record, if the sidecar holds an intact one for this log."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
+        except OSError:
+            return None
+        try:
+            data = os.pread(fd, RECORD_SIZE, record_offset(number))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return decode_record(data, number)
+
+    def write_records(self, records: list[tuple[int, bytes]], *, fsync: bool) -> None:
+        """Write stripe records (``(stripe, record)``); synced when ``fsync``."""
+        self.close()  # the open stripe may be among them: the next append reads it again
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
+        try:
+            for number, record in records:
+                os.pwrite(fd, record, record_offset(number))
+            if fsync:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    # -- healing -----------------------------------------------------------
+
+    def heal(self, log_fd: int, spans: Iterable[tuple[int, int]]) -> dict[int, bytes]:
+        """Rebuilt stripes for the log byte ranges ``spans`` (start, end): stripe start ->
+        the stripe's bytes with its damaged block rebuilt, for each stripe that had one
+        and could be rebuilt. Stripes with nothing to rebuild are left out."""
+        numbers = sorted(
+            {n for s, e in spans if e > s for n in range(stripe_of(s), stripe_of(e - 1) + 1)}
+        )
+        healed: dict[int, bytes] = {}
+        for number in numbers:
+            record = self.record(number)
+            if record is None:
+                continue
+            start = number * STRIPE_SIZE
+            rebuilt = rebuild(os.pread(log_fd, STRIPE_SIZE, start), record)
+            if rebuilt is not None and rebuilt.blocks:
+                healed[start] = rebuilt.data
+        return healed
+
+
+def patch(data: bytes, base: int, stripes: dict[int, bytes]) -> bytes:
+    """``data`` (log bytes from offset ``base``) with the rebuilt ``stripes`` laid over it."""
+    out = bytearray(data)
+    end = base + len(data)
+    for start, stripe in stripes.items():
+        lo, hi = max(start, base), min(start + len(stripe), end)
+        if lo < hi:
+            out[lo - base : hi - base] = stripe[lo - start : hi - start]
+    return bytes(out)
+
+
+def rebuilt_blocks(data: bytes, base: int, stripes: dict[int, bytes]) -> list[int]:
+    """Log offsets of the blocks that differ between ``data`` (from ``base``) and ``stripes``."""
+    changed = []
+    for start, stripe in stripes.items():
+        for offset in range(start, start + len(stripe), BLOCK_SIZE):
+            lo = max(offset, base)
+            hi = min(offset + BLOCK_SIZE, start + len(stripe), base + len(data))
+            if lo < hi and data[lo - base : hi - base] != stripe[lo - start : hi - start]:
+                changed.append(offset)
+    return changed
+
+
+def write_parity_file(temp: str, log: bytes, *, fsync: bool) -> None:
+    """The whole sidecar of a log holding ``log``, written to the new file ``temp`` (synced
+    when ``fsync``), for the caller to rename into place; ``temp`` is gone if this fails."""
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, FILE_MODE)
+    try:
+        data = memoryview(encode_parity(log))
+        while data:
+            data = data[os.write(fd, data) :]
+        if fsync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(temp)
+        raise
+    os.close(fd)
+
+
+# -- scrubbing ---------------------------------------------------------------
+
+
+@dataclass
+class LogScrub:
+    """What ``scrub`` found in one log (offsets are the log's).
+
+    Attributes:
+        healed: Blocks that failed their CRC and were rebuilt from the parity.
+        rewritten: Whether those were written back in place (``repair``).
+        unhealable: Blocks that failed their CRC in stripes with more than one
+            damaged block (or a damaged record): left to the entries' own checks.
+        unprotected: Byte ranges no intact record covers (a store written before
+            the sidecar existed, a lost or damaged record, a crash before a record
+            was written).
+        protected: Byte ranges whose records ``repair`` wrote.
+    """
+
+    healed: list[int] = field(default_factory=list)
+    rewritten: bool = False
+    unhealable: list[int] = field(default_factory=list)
+    unprotected: list[tuple[int, int]] = field(default_factory=list)
+    protected: list[tuple[int, int]] = field(default_factory=list)
+
+
+def scrub(
+    log_fd: int,
+    log_end: int,
+    parity: ParityFile,
+    *,
+    vouched: Callable[[int, int], bool],
+    repair: bool,
+    fsync: bool,
+    writable_log: Callable[[], int] | None = None,
+) -> LogScrub:
+    """Check every stripe of a log's intact part ``[0, log_end)`` against its record.
+
+    ``vouched(start, end)`` says whether the log's own entries verify over those
+    bytes (no damaged span in them): only then may ``repair`` write a record from
+    them. With ``repair`` (called under the append lock), ``writable_log()`` gives
+    an fd to write rebuilt blocks back through (not opened for appending: Linux
+    ignores ``pwrite``'s offset there).
+    """
+    found = LogScrub()
+    new_records: list[tuple[int, bytes]] = []
+    for start in range(0, log_end, STRIPE_SIZE):
+        number = stripe_of(start)
+        size = min(STRIPE_SIZE, log_end - start)
+        data = os.pread(log_fd, size, start)
+        record = parity.record(number)
+        if record is not None and record.covered > len(data):
+            record = None  # covers bytes past the intact end: not this log's record
+        if record is None:
+            found.unprotected.append((start, start + size))
+            if repair and vouched(start, start + size):
+                new_records.append((number, OpenStripe.from_bytes(number, data).record()))
+                found.protected.append((start, start + size))
+            continue
+        rebuilt = rebuild(data, record)
+        if rebuilt is None:
+            found.unhealable.extend(
+                start + block * BLOCK_SIZE for block in damaged_blocks(data, record)
+            )
+            continue
+        if rebuilt.blocks and repair and writable_log is not None:
+            fd = writable_log()
+            for block in rebuilt.blocks:
+                offset = block * BLOCK_SIZE
+                chunk = rebuilt.data[offset : min(offset + BLOCK_SIZE, record.covered)]
+                os.pwrite(fd, chunk, start + offset)
+            if fsync:
+                os.fdatasync(fd)
+            found.rewritten = True
+        found.healed.extend(start + block * BLOCK_SIZE for block in rebuilt.blocks)
+        if record.covered < size:
+            tail = (start + record.covered, start + size)
+            found.unprotected.append(tail)
+            if repair and vouched(*tail):
+                stripe = OpenStripe.from_bytes(number, rebuilt.data[:size])
+                new_records.append((number, stripe.record()))
+                found.protected.append(tail)
+    if new_records:
+        parity.write_records(new_records, fsync=fsync)
+    return found

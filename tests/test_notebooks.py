@@ -39,7 +39,7 @@ EXPECTED_OUTPUT = {
         "reason:         record checksum mismatch",
         "still there:    False",
         "RecoveryStats(damaged_records=1, unreadable_records=0, quarantined_records=1, "
-        "fallbacks=0, restarts_from_scratch=0)",
+        "fallbacks=0, restarts_from_scratch=0, healed_blocks=0)",
         "get again: None | reports: 1",
         "[thursday] agent: what I know about ada: I prefer green tea",
         # langgraph-verified memories
@@ -52,7 +52,7 @@ EXPECTED_OUTPUT = {
         '"reason": "record checksum mismatch",',
         "step: 3  turns: 2",
         "RecoveryStats(damaged_records=1, unreadable_records=0, quarantined_records=1, "
-        "fallbacks=1, restarts_from_scratch=0)",
+        "fallbacks=1, restarts_from_scratch=0, healed_blocks=0)",
         "store verifies: True",
         "node runs during the replay: 0",
         "turns: 3",
@@ -61,11 +61,19 @@ EXPECTED_OUTPUT = {
     ],
     "recovery.ipynb": [
         "node runs: 6",
+        # one bit flipped: rebuilt from the log's parity, served, reported, written back
+        "alpha reads at step 7 with 3 turns",
+        "reported: damaged block rebuilt from the log's parity; run repair to write it back "
+        "| healed: True",
+        "RecoveryStats(damaged_records=0, unreadable_records=0, quarantined_records=0, "
+        "fallbacks=0, restarts_from_scratch=0, healed_blocks=1)",
+        "written back: [True]",
+        "the log is byte for byte as written: True",
         "alpha is back at step 6 with 3 turns",
         "its 'reply' task had finished; its result is stored: echo: tell me a joke",
         "reason:         record checksum mismatch",
         "RecoveryStats(damaged_records=1, unreadable_records=0, quarantined_records=1, "
-        "fallbacks=1, restarts_from_scratch=0)",
+        "fallbacks=1, restarts_from_scratch=0, healed_blocks=0)",
         '"thread_id": "alpha"',
         "alpha's .record is the damaged record, byte for byte: True",
         "quarantined records: 3",

@@ -67,6 +67,8 @@ class CheckpointWriter:
         self.lists = lists
         self.parts = parts
         self.full_snapshot_every = full_snapshot_every
+        # a store may keep small records uncompressed (memory: zstd costs more than it saves)
+        self.uncompressed_below: int = getattr(storage, "uncompressed_below", 0)
 
     # -- checkpoints ---------------------------------------------------------
 
@@ -142,7 +144,7 @@ class CheckpointWriter:
     def write_checkpoint_record(self, record: CheckpointRecord) -> None:
         """Store a checkpoint record (new or rewritten) and trust it for later reads."""
         key = keys.checkpoint_key(record.thread_id, record.checkpoint_ns, record.checkpoint_id)
-        data = encode_checkpoint(self.codec, record)
+        data = encode_checkpoint(self.codec, record, uncompressed_below=self.uncompressed_below)
         self.storage.write(key, data)
         self.records.remember(record, data, self.storage.written_stamp(key))
 
@@ -253,7 +255,8 @@ class CheckpointWriter:
         """Store a batch; ``False`` if the task's regular writes exist and must be merged."""
         key = keys.writes_key(*_writes_owner(record), record.task_id, record.slot)
         replace = record.slot != keys.NORMAL_WRITES_SLOT
-        return self.storage.write(key, encode_writes(self.codec, record), replace=replace)
+        data = encode_writes(self.codec, record, uncompressed_below=self.uncompressed_below)
+        return self.storage.write(key, data, replace=replace)
 
     def _merge_writes_record(self, record: WritesRecord) -> None:
         """Keep the regular writes already stored for the task and add those at new indices."""
@@ -266,7 +269,9 @@ class CheckpointWriter:
                 return  # a retried call: everything is stored already
             record.writes = stored.writes + added
             record.task_path = stored.task_path
-        self.storage.write(key, encode_writes(self.codec, record))
+        self.storage.write(
+            key, encode_writes(self.codec, record, uncompressed_below=self.uncompressed_below)
+        )
 
 
 def _writes_owner(record: WritesRecord) -> tuple[str, str, str]:

@@ -6,14 +6,16 @@ Every stored thing is one self-describing, self-checking record::
     0       4     magic            b"LGCV"
     4       1     format version   1
     5       1     record kind      see ``RecordKind``
-    6       1     flags            bit 0: digests are keyed (BLAKE2b MAC)
+    6       1     flags            bit 0: digests are keyed (BLAKE2b MAC);
+                                   bit 1: the payload is the content, not compressed
     7       1     reserved         0
     8       4     identity length  u32 little-endian
     12      8     payload length   u64 little-endian (compressed bytes)
     20      8     content length   u64 little-endian (bytes after decompression)
     28      I     identity         msgpack map of strings (what and whose)
     28+I    16    header digest    BLAKE2b-128 over bytes [0, 28+I)
-    44+I    P     payload          one zstd frame with its content checksum on
+    44+I    P     payload          one zstd frame with its content checksum on,
+                                   or (bit 1) the content itself: then P equals U
     44+I+P  32    record digest    BLAKE2b-256 over bytes [0, 44+I+P)
 
 The header digest lets a reader trust the identity (and so say what a damaged
@@ -22,6 +24,12 @@ everything. Both are checked, and the identity compared with what the caller
 expected, before a single byte is decompressed or deserialized. With a key
 both digests are keyed BLAKE2b, i.e. MACs: records not written with the key
 are rejected.
+
+A small record's content is stored as it is (flag bit 1): compressing a few
+hundred bytes costs more time than the bytes it saves are worth, and the two
+digests verify a stored payload whether or not it is compressed. Which
+records are small enough is the writer's choice (``Codec.encode``'s
+``uncompressed_below``); every reader reads both.
 """
 
 from __future__ import annotations
@@ -30,7 +38,6 @@ import enum
 import hashlib
 import hmac
 import struct
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +52,9 @@ ENTRY_MAGIC = b"LGCE"
 """The magic of a log entry (``storage.log.entries``), which frames a record in a thread's log."""
 FORMAT_VERSION = 1
 FLAG_KEYED = 0x01
+FLAG_UNCOMPRESSED = 0x02
+"""The payload is the content itself (``P == U``), not a zstd frame."""
+_KNOWN_FLAGS = FLAG_KEYED | FLAG_UNCOMPRESSED
 
 _FIXED = struct.Struct("<4sBBBBIQQ")
 HEADER_SIZE = _FIXED.size  # 28
@@ -113,38 +123,85 @@ class Codec:
         self.key = bytes(key) if key is not None else None
         self.compression_level = compression_level
         self.max_content_size = max_content_size
-        self._local = threading.local()
         self._compressor_params = zstandard.ZstdCompressionParameters.from_level(
             compression_level, write_checksum=True, write_content_size=True
         )
+        # Contexts are not thread-safe, and making one costs more than a small record
+        # (~15 µs a compressor, ~30 µs a decompressor). They are pooled, not kept per
+        # thread: LangGraph runs saver calls on executor threads that live for one
+        # invoke, so a context per thread would be made again at every step.
+        # list.pop and list.append are atomic: no lock is needed to share the pool.
+        self._compressors: list[zstandard.ZstdCompressor] = []
+        self._decompressors: list[zstandard.ZstdDecompressor] = []
+        # A BLAKE2b state with the key and personalization already absorbed:
+        # copying it costs less than setting them up again for every digest.
+        self._header_hash = hashlib.blake2b(
+            digest_size=HEADER_DIGEST_SIZE, key=self.key or b"", person=b"lgcv-header"
+        )
+        self._record_hash = hashlib.blake2b(
+            digest_size=RECORD_DIGEST_SIZE, key=self.key or b"", person=b"lgcv-record"
+        )
+        # What encoding and verifying cost, counted (not timed): tests pin them down.
+        # Threads encoding at once may miss a count.
+        self.digests = 0
+        """How many digests this codec computed (header and record digests alike)."""
+        self.compressions = 0
+        """How many payloads this codec compressed with zstd."""
 
-    def _compressor(self) -> zstandard.ZstdCompressor:
-        # a compressor is not thread-safe, and making one per record costs ~20 µs
-        compressor = getattr(self._local, "compressor", None)
-        if compressor is None:
+    def _compress(self, content: bytes) -> bytes:
+        try:
+            compressor = self._compressors.pop()
+        except IndexError:
             compressor = zstandard.ZstdCompressor(compression_params=self._compressor_params)
-            self._local.compressor = compressor
-        return compressor
+        try:
+            self.compressions += 1
+            return compressor.compress(content)
+        finally:
+            self._compressors.append(compressor)
 
-    def _decompressor(self) -> zstandard.ZstdDecompressor:
-        # like the compressor: one per thread, as making one costs more than a small record
-        decompressor = getattr(self._local, "decompressor", None)
-        if decompressor is None:
+    def _decompress(self, payload: memoryview, content_size: int) -> bytes:
+        try:
+            decompressor = self._decompressors.pop()
+        except IndexError:
             decompressor = zstandard.ZstdDecompressor()
-            self._local.decompressor = decompressor
-        return decompressor
+        try:
+            return decompressor.decompress(payload, max_output_size=content_size)
+        finally:
+            self._decompressors.append(decompressor)
 
     # -- digests ---------------------------------------------------------
 
-    def _digest(self, data: bytes | memoryview, size: int, person: bytes) -> bytes:
-        return hashlib.blake2b(data, digest_size=size, key=self.key or b"", person=person).digest()
+    def _header_digest(self, data: bytes | memoryview) -> bytes:
+        self.digests += 1
+        state = self._header_hash.copy()
+        state.update(data)
+        return state.digest()
+
+    def _record_digest(self, data: bytes | memoryview) -> bytes:
+        self.digests += 1
+        state = self._record_hash.copy()
+        state.update(data)
+        return state.digest()
 
     # -- encode ----------------------------------------------------------
 
-    def encode(self, kind: RecordKind, identity: Mapping[str, str], content: bytes) -> bytes:
-        """Frame ``content`` as a record of ``kind`` belonging to ``identity``."""
+    def encode(
+        self,
+        kind: RecordKind,
+        identity: Mapping[str, str],
+        content: bytes,
+        *,
+        uncompressed_below: int = 0,
+    ) -> bytes:
+        """Frame ``content`` as a record of ``kind`` belonging to ``identity``.
+
+        Content shorter than ``uncompressed_below`` bytes is stored as it is
+        (flag bit 1) instead of as a zstd frame; it is verified just the same.
+        """
         identity_bytes = encode_identity(identity)
-        payload = self._compressor().compress(content)
+        if len(content) < uncompressed_below:
+            return self._frame(kind, identity_bytes, content, len(content), compressed=False)
+        payload = self._compress(content)
         return self._frame(kind, identity_bytes, payload, len(content))
 
     def reframe(self, data: bytes, kind: RecordKind, identity: Mapping[str, str]) -> bytes:
@@ -154,12 +211,23 @@ class Codec:
         the identity and both digests are new.
         """
         _, payload, content_size = self._verified_payload(data, kind, None)
-        return self._frame(kind, encode_identity(identity), bytes(payload), content_size)
+        compressed = not data[6] & FLAG_UNCOMPRESSED
+        return self._frame(
+            kind, encode_identity(identity), bytes(payload), content_size, compressed=compressed
+        )
 
     def _frame(
-        self, kind: RecordKind, identity_bytes: bytes, payload: bytes, content_size: int
+        self,
+        kind: RecordKind,
+        identity_bytes: bytes,
+        payload: bytes,
+        content_size: int,
+        *,
+        compressed: bool = True,
     ) -> bytes:
         flags = FLAG_KEYED if self.key else 0
+        if not compressed:
+            flags |= FLAG_UNCOMPRESSED
         head = _FIXED.pack(
             MAGIC,
             FORMAT_VERSION,
@@ -171,9 +239,8 @@ class Codec:
             content_size,
         )
         head += identity_bytes
-        head += self._digest(head, HEADER_DIGEST_SIZE, b"lgcv-header")
-        body = head + payload
-        return body + self._digest(body, RECORD_DIGEST_SIZE, b"lgcv-record")
+        body = b"".join((head, self._header_digest(head), payload))
+        return body + self._record_digest(body)
 
     # -- decode ----------------------------------------------------------
 
@@ -220,6 +287,8 @@ class Codec:
     ) -> tuple[Header, bytes]:
         """Verify ``data`` completely; return its header and decompressed content."""
         header, payload, content_size = self._verified_payload(data, kind, expected_identity)
+        if data[6] & FLAG_UNCOMPRESSED:
+            return header, bytes(payload)  # its size was checked against U with the flags
         # zstd allocates the size its own frame header declares, whatever
         # max_output_size says: that size must be the one we already bounded.
         try:
@@ -231,7 +300,7 @@ class Codec:
                 f"zstd frame declares {frame_size} bytes, header says {content_size}"
             )
         try:
-            content = self._decompressor().decompress(payload, max_output_size=content_size)
+            content = self._decompress(payload, content_size)
         except zstandard.ZstdError as exc:
             raise RecordDamagedError(f"payload does not decompress: {exc}") from None
         if len(content) != content_size:
@@ -282,7 +351,7 @@ class Codec:
             raise RecordDamagedError(
                 f"format version {version} is not supported (this reader knows {FORMAT_VERSION})"
             )
-        if reserved != 0 or flags & ~FLAG_KEYED:
+        if reserved != 0 or flags & ~_KNOWN_FLAGS:
             raise RecordDamagedError(f"unknown flags {flags:#x}/{reserved:#x}")
         keyed = bool(flags & FLAG_KEYED)
         if keyed != bool(self.key):
@@ -297,6 +366,10 @@ class Codec:
             raise RecordDamagedError(
                 f"declared content size {content_size} exceeds the limit {self.max_content_size}"
             )
+        if flags & FLAG_UNCOMPRESSED and payload_size != content_size:
+            raise RecordDamagedError(
+                f"uncompressed payload of {payload_size} bytes, header says {content_size}"
+            )
         expected_total = MIN_RECORD_SIZE + identity_size + payload_size
         if len(view) != expected_total:
             raise RecordDamagedError(
@@ -304,10 +377,7 @@ class Codec:
             )
         header_end = HEADER_SIZE + identity_size
         stored_header_digest = view[header_end : header_end + HEADER_DIGEST_SIZE]
-        if not hmac.compare_digest(
-            self._digest(view[:header_end], HEADER_DIGEST_SIZE, b"lgcv-header"),
-            stored_header_digest,
-        ):
+        if not hmac.compare_digest(self._header_digest(view[:header_end]), stored_header_digest):
             raise RecordDamagedError("header checksum mismatch")
         try:
             kind = RecordKind(kind_byte)
@@ -318,8 +388,7 @@ class Codec:
         payload_start = header_end + HEADER_DIGEST_SIZE
         body_end = payload_start + payload_size
         if check_record_digest and not hmac.compare_digest(
-            self._digest(view[:body_end], RECORD_DIGEST_SIZE, b"lgcv-record"),
-            view[body_end:],
+            self._record_digest(view[:body_end]), view[body_end:]
         ):
             raise RecordDamagedError("record checksum mismatch")
         return header, (view[payload_start:body_end], content_size)
@@ -328,9 +397,14 @@ class Codec:
 def encode_identity(identity: Mapping[str, str]) -> bytes:
     """Identity as msgpack: a map of string to string, keys sorted."""
     for field, value in identity.items():
-        if not isinstance(field, str) or not isinstance(value, str):
-            raise TypeError(f"identity fields must be strings, got {field!r}: {value!r}")
-    return ormsgpack.packb(dict(sorted(identity.items())))
+        if type(field) is not str or type(value) is not str:
+            if not isinstance(field, str) or not isinstance(value, str):
+                raise TypeError(f"identity fields must be strings, got {field!r}: {value!r}")
+            # a str subclass: packed as the plain string it holds
+            return encode_identity({str(k): str(v) for k, v in identity.items()})
+    # ormsgpack sorts str keys by their UTF-8 bytes, which is code point order: the
+    # bytes are those of ``packb(dict(sorted(identity.items())))``
+    return ormsgpack.packb(identity, option=ormsgpack.OPT_SORT_KEYS)
 
 
 def decode_identity(data: bytes) -> dict[str, str]:

@@ -86,7 +86,9 @@ def checkpoint_identity(
     }
 
 
-def encode_checkpoint(codec: Codec, record: CheckpointRecord) -> bytes:
+def encode_checkpoint(
+    codec: Codec, record: CheckpointRecord, *, uncompressed_below: int = 0
+) -> bytes:
     content = {
         "v": CONTENT_VERSION,
         "checkpoint": list(record.checkpoint),
@@ -95,7 +97,12 @@ def encode_checkpoint(codec: Codec, record: CheckpointRecord) -> bytes:
         "refs": {ch: [version, holder] for ch, (version, holder) in record.refs.items()},
         "since_full": record.since_full,
     }
-    return codec.encode(RecordKind.CHECKPOINT, record.identity(), pack(content))
+    return codec.encode(
+        RecordKind.CHECKPOINT,
+        record.identity(),
+        pack(content),
+        uncompressed_below=uncompressed_below,
+    )
 
 
 def decode_checkpoint(
@@ -182,13 +189,15 @@ def writes_identity(
     }
 
 
-def encode_writes(codec: Codec, record: WritesRecord) -> bytes:
+def encode_writes(codec: Codec, record: WritesRecord, *, uncompressed_below: int = 0) -> bytes:
     content = {
         "v": CONTENT_VERSION,
         "task_path": record.task_path,
         "writes": [[idx, ch, typed[0], typed[1]] for idx, ch, typed in record.writes],
     }
-    return codec.encode(RecordKind.WRITES, record.identity(), pack(content))
+    return codec.encode(
+        RecordKind.WRITES, record.identity(), pack(content), uncompressed_below=uncompressed_below
+    )
 
 
 def decode_writes(codec: Codec, data: bytes, expected: dict[str, str]) -> WritesRecord:

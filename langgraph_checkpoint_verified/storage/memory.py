@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Hashable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
-
-if sys.platform != "win32":
-    pass
 
 from langgraph_checkpoint_verified.storage.base import OneRecordPerWrite
 
@@ -17,58 +13,79 @@ from langgraph_checkpoint_verified.storage.base import OneRecordPerWrite
 class _IndexedRecords(dict[str, Any]):
     """The memory store's records: a dict that also knows what lies under each prefix.
 
-    ``children[prefix]`` counts, for each name directly under ``prefix``, the
-    keys that pass through it, so listing a prefix costs the size of the
-    answer, not of the store. Every way of changing a dict keeps it up to date,
-    so code (and tests) may still treat ``records`` as a plain dict.
+    ``children[prefix]`` holds the names directly under ``prefix`` that some key
+    passes through (a dict used as an ordered set), so listing a prefix costs
+    the size of the answer, not of the store. Every way of changing a dict keeps
+    it up to date, so code (and tests) may still treat ``records`` as a plain dict.
+
+    A name stays under its prefix while a key ends at it or passes through it:
+    adding a key only climbs until it meets a prefix already known, and removing
+    one only until it meets a prefix still in use, so a put into a known
+    directory touches one level, not every level of its key.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
-        self.children: dict[str, dict[str, int]] = {}
+        self.children: dict[str, dict[str, None]] = {}
         # the greatest name under a prefix, once asked for: the newest checkpoint id
         self.newest: dict[str, str] = {}
         self.update(*args, **kwargs)
 
-    def _count(self, key: str, step: int) -> None:
-        end = key.find("/")
+    def _added(self, key: str) -> None:
+        end = key.rfind("/")
         while end != -1:
-            after = key.find("/", end + 1)
-            parent, name = key[:end], key[end + 1 : after if after != -1 else len(key)]
-            names = self.children.setdefault(parent, {})
-            left = names.get(name, 0) + step
-            if left:
-                names[name] = left
-                newest = self.newest.get(parent)
-                if newest is not None and name > newest:
-                    self.newest[parent] = name
-            else:
-                del names[name]
-                if self.newest.get(parent) == name:
-                    del self.newest[parent]  # found again when asked
-                if not names:
-                    del self.children[parent]
-            end = after
+            parent, name = key[:end], key[end + 1 :]
+            names = self.children.get(parent)
+            known = names is not None
+            if names is None:
+                names = self.children[parent] = {}
+            elif name in names:
+                return
+            names[name] = None
+            newest = self.newest.get(parent)
+            if newest is not None and name > newest:
+                self.newest[parent] = name
+            if known:
+                return  # the parent is in its own parent's names already
+            key, end = parent, parent.rfind("/")
+
+    def _removed(self, key: str) -> None:
+        end = key.rfind("/")
+        while end != -1:
+            if key in self.children or dict.__contains__(self, key):
+                return  # still a key, or keys still pass through it
+            parent, name = key[:end], key[end + 1 :]
+            names = self.children.get(parent)
+            if names is None:
+                return
+            names.pop(name, None)
+            if self.newest.get(parent) == name:
+                del self.newest[parent]  # found again when asked
+            if names:
+                return
+            del self.children[parent]
+            key, end = parent, parent.rfind("/")
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key not in self:
-            self._count(key, 1)
+        new = key not in self
         super().__setitem__(key, value)
+        if new:
+            self._added(key)
 
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
-        self._count(key, -1)
+        self._removed(key)
 
     def pop(self, key: str, *default: Any) -> Any:
         if key in self:
             value = super().pop(key)
-            self._count(key, -1)
+            self._removed(key)
             return value
         return super().pop(key, *default)
 
     def popitem(self) -> tuple[str, Any]:
         key, value = super().popitem()
-        self._count(key, -1)
+        self._removed(key)
         return key, value
 
     def setdefault(self, key: str, default: Any = None) -> Any:
@@ -124,7 +141,15 @@ class MemoryStorage(OneRecordPerWrite):
     verified on every read just the same. ``records`` may be read and changed
     like any dict; it also indexes keys by prefix, so that listing a thread
     does not scan every other thread's records.
+
+    Checkpoint and writes records under ``uncompressed_below`` bytes of content
+    are kept uncompressed (the record frame says so; the digests cover them
+    the same way): for the few hundred bytes of a step, zstd costs more time
+    than the memory it saves, and ``InMemorySaver`` compresses nothing.
     """
+
+    uncompressed_below = 16 * 1024
+    """Content size from which the engine compresses a checkpoint or writes record."""
 
     def __init__(self) -> None:
         self._records = _IndexedRecords()
@@ -207,10 +232,10 @@ class MemoryStorage(OneRecordPerWrite):
             # records changed by hand (as tests do) have no stamp: never trust a cache then
             return (self._stamps.get(key), id(self._records[key]))
 
-    @contextmanager
-    def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
-        with self._lock:
-            yield
+    def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[Any]:
+        # the store's one re-entrant lock, itself the context manager: a generator
+        # based one would cost more than the rest of a small put's locking
+        return self._lock
 
     def greatest_name(self, prefix: str) -> str | None:
         with self._lock:

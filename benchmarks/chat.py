@@ -16,6 +16,11 @@ Per step and saver the harness records:
 
 After the steps listed in ``size_at``, the bytes of the file stores are taken
 (the SQLite database with its -wal and -shm files, as they are while open).
+
+Most threads are short: ``run_short_chats`` then runs many chats of
+``SHORT_CHAT_TURNS`` turns, each on a new thread, with the four savers of
+``SHORT_COMPARISONS`` taking turns the same way, and gives the saver time per
+turn over all of them.
 """
 
 from __future__ import annotations
@@ -62,6 +67,11 @@ COMPARISONS = (
     (VERIFIED_FILES, MEMORY),
 )
 """(VerifiedSaver variant, the LangGraph saver it is compared with)."""
+
+SHORT_CHAT_TURNS = 10
+"""Turns (``graph.invoke`` calls) of each short chat."""
+SHORT_COMPARISONS = ((VERIFIED_FILES, SQLITE), (VERIFIED_MEMORY, MEMORY))
+SHORT_SAVERS = (VERIFIED_FILES, SQLITE, VERIFIED_MEMORY, MEMORY)
 
 SIZED = {VERIFIED_FILES: "verified", SQLITE: "sqlite.db"}
 """The stores whose bytes on disk are measured: the two driven by ``graph.invoke``."""
@@ -254,6 +264,46 @@ def tile_medians(raw: dict[str, Any], every: int) -> dict[str, Any]:
     }
 
 
+def run_short_chats(workdir: Path, chats: int, turns: int = SHORT_CHAT_TURNS) -> dict[str, Any]:
+    """``chats`` chats of ``turns`` turns, each on a new thread of the same four savers.
+
+    Turn ``i`` of a chat runs on every saver in one round, in an order rotated
+    per round; figures are medians over every turn of every chat, ratios the
+    median of the per-turn ratios.
+    """
+    savers: dict[str, Any] = {
+        VERIFIED_FILES: VerifiedSaver(workdir / "short-verified"),
+        SQLITE: SqliteSaver(sqlite3.connect(workdir / "short-sqlite.db", check_same_thread=False)),
+        VERIFIED_MEMORY: VerifiedSaver.in_memory(),
+        MEMORY: InMemorySaver(),
+    }
+    timers = {name: SaverCallTimer(saver) for name, saver in savers.items()}
+    graphs = {
+        name: build_chat_graph(TextSource(seed=1)).compile(checkpointer=saver)
+        for name, saver in savers.items()
+    }
+    inputs = human_turns(TextSource(seed=2), turns)
+    per_turn: dict[str, list[float]] = {name: [] for name in SHORT_SAVERS}
+    gc.collect()
+    for chat in range(chats):
+        config = {"configurable": {"thread_id": f"short-{chat}"}}
+        for turn in range(turns):
+            for name in rotated(SHORT_SAVERS, chat * turns + turn):
+                timers[name].take()
+                graphs[name].invoke(inputs[turn], config)
+                per_turn[name].append(timers[name].take()[0])
+    savers[SQLITE].conn.close()
+    return {
+        "chats": chats,
+        "turns": turns,
+        **{name: {"saver_ms": 1000 * statistics.median(per_turn[name])} for name in SHORT_SAVERS},
+        "ratios": {
+            f"{name} / {base}": paired_ratio(per_turn[name], per_turn[base])
+            for name, base in SHORT_COMPARISONS
+        },
+    }
+
+
 def chat_section(settings: Any, workdir: Path, progress: Any = None) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     lengths = list(settings.chat_lengths)
@@ -264,6 +314,8 @@ def chat_section(settings: Any, workdir: Path, progress: Any = None) -> dict[str
     started = time.perf_counter()
     raw = run_chat(workdir, steps, size_at, progress)
     seconds = time.perf_counter() - started
+    # about as many short chats as the long chat has steps / 35 (28 in make bench)
+    short = run_short_chats(workdir, max(3, steps // 35))
     return {
         "chat": {
             "steps": steps,
@@ -274,6 +326,7 @@ def chat_section(settings: Any, workdir: Path, progress: Any = None) -> dict[str
             "checkpoints": raw["checkpoints"],
             **summarize(raw, lengths, half),
             "tiles": tile_medians(raw, settings.size_every),
+            "short": short,
         },
         "disk": size_summary(raw, lengths, tuple(settings.growth)),
     }

@@ -89,6 +89,18 @@ def chat_tables(results: dict[str, Any]) -> list[str]:
                     x(entry["ratios"][f"{name} / {base}"]["saver"]),
                 )
             )
+    short = chat.get("short")
+    if short is not None:
+        for name, base in ((VERIFIED_FILES, SQLITE), (VERIFIED_MEMORY, MEMORY)):
+            lines.append(
+                row(
+                    f"overhead/turn, {short['chats']} chats of {short['turns']} turns "
+                    f"(a new thread each), {_SHORT[name]}",
+                    ms(short[name]["saver_ms"]),
+                    f"{base_name(base)} {ms(short[base]['saver_ms'])}",
+                    x(short["ratios"][f"{name} / {base}"]),
+                )
+            )
     lines += [
         "",
         "Whole step (`graph.invoke` wall time, what the caller waits):",

@@ -25,11 +25,13 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
 from langgraph_checkpoint_verified.storage.log.parity import (
     BLOCK_SIZE,
+    HEADER_SIZE,
     RECORD_SIZE,
     STRIPE_SIZE,
     OpenStripe,
     decode_record,
     encode_parity,
+    parity_holds,
     rebuild,
     record_offset,
 )
@@ -315,11 +317,21 @@ def test_parity_built_append_by_append_rebuilds_any_one_block(log, cuts, data):
 
 @settings(max_examples=100, deadline=None)
 @given(seed=st.integers(0, 2**32), at=st.integers(0, RECORD_SIZE - 1), bit=st.integers(0, 7))
-def test_a_damaged_parity_record_is_refused_never_used(seed, at, bit):
+def test_a_damaged_parity_record_is_refused_or_rebuilds_nothing(seed, at, bit):
+    """A damaged header is refused; a damaged parity rebuilds no block (each rebuilt block
+    fails its CRC), and a scrub sees that the parity no longer matches the blocks."""
     payload = random.Random(seed).randbytes(STRIPE_SIZE)
     record = bytearray(OpenStripe.from_bytes(0, payload).record())
     record[at] ^= 1 << bit
-    assert decode_record(bytes(record), 0) is None
+    decoded = decode_record(bytes(record), 0)
+    if at < HEADER_SIZE:
+        assert decoded is None
+        return
+    assert not parity_holds(payload, decoded)
+    for block in range(16):
+        damaged = bytearray(payload)
+        damaged[block * BLOCK_SIZE] ^= 0x80
+        assert rebuild(bytes(damaged), decoded) is None
 
 
 def test_two_damaged_blocks_are_not_rebuilt():
@@ -329,3 +341,19 @@ def test_two_damaged_blocks_are_not_rebuilt():
     damaged[10] ^= 1
     damaged[BLOCK_SIZE * 7 + 10] ^= 1
     assert rebuild(bytes(damaged), record) is None
+
+
+def test_a_damaged_parity_is_found_by_verify_and_written_again_by_repair(chat_store, tmp_path):
+    root, truth = chat_store
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    parity = copy / "threads" / "chat" / "log.parity"
+    data = bytearray(parity.read_bytes())
+    data[record_offset(1) + HEADER_SIZE + 100] ^= 0x01  # stripe 1's parity, not its header
+    parity.write_bytes(bytes(data))
+    saver = VerifiedSaver(copy)
+    assert history(saver) == truth
+    report = saver.verify()
+    assert report.ok and report.unprotected_bytes == STRIPE_SIZE
+    assert saver.verify(repair=True).protected_bytes == STRIPE_SIZE
+    assert parity.read_bytes() == encode_parity((copy / "threads" / "chat" / "log").read_bytes())

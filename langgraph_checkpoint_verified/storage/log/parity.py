@@ -10,11 +10,14 @@ record at offset ``stripe * RECORD_SIZE``::
     5       3     reserved         0
     8       8     stripe           u64: which stripe of the log
     16      4     covered          u32: how many bytes of the stripe it covers (<= 65536)
-    20      64    block CRCs       16 x u32: CRC-32 of each block, zero-padded to 4096
-    84      4     parity CRC       u32: CRC-32 of the parity bytes below
-    88      4     header CRC       u32: CRC-32 of bytes [0, 88)
-    92      P     parity           XOR of the stripe's 16 blocks, each zero-padded to 4096;
+    20      64    block CRCs       16 x u32: CRC-32 of each block's covered bytes
+    84      4     header CRC       u32: CRC-32 of bytes [0, 84)
+    88      P     parity           XOR of the stripe's 16 blocks, each zero-padded to 4096;
                                    P = min(covered, 4096) (what follows is zeros)
+
+The parity has no checksum of its own: a damaged parity rebuilds a block that
+fails the block's CRC, so it is never used wrongly, and a scrub, which reads the
+whole stripe, checks the parity against the blocks themselves.
 
 Blocks are aligned to the log's file offsets, as a disk's sectors are, so a
 lost 4 KB sector, however many small entries it held, is one lost block of one
@@ -58,9 +61,9 @@ STRIPE_BLOCKS = 16
 STRIPE_SIZE = BLOCK_SIZE * STRIPE_BLOCKS
 PARITY_MAGIC = b"LGCP"
 PARITY_VERSION = 1
-_HEADER = struct.Struct(f"<4sB3xQI{STRIPE_BLOCKS}II")
+_HEADER = struct.Struct(f"<4sB3xQI{STRIPE_BLOCKS}I")
 _HEADER_CRC = struct.Struct("<I")
-HEADER_SIZE = _HEADER.size + _HEADER_CRC.size  # 92
+HEADER_SIZE = _HEADER.size + _HEADER_CRC.size  # 88
 RECORD_SIZE = HEADER_SIZE + BLOCK_SIZE
 _ZEROS = bytes(BLOCK_SIZE)
 
@@ -73,11 +76,6 @@ def stripe_of(offset: int) -> int:
 def record_offset(stripe: int) -> int:
     """Where stripe ``stripe``'s record starts in ``log.parity``."""
     return stripe * RECORD_SIZE
-
-
-def block_crc(block: bytes | memoryview) -> int:
-    """CRC-32 of a block zero-padded to ``BLOCK_SIZE``."""
-    return zlib.crc32(_ZEROS[len(block) :], zlib.crc32(block))
 
 
 @dataclass(frozen=True)
@@ -106,10 +104,7 @@ class OpenStripe:
         self.number = number
         self.covered = 0
         self.block_crcs = [0] * STRIPE_BLOCKS
-        self._parity = 0
-        """The parity block as a little-endian integer: XOR is one operation."""
-        self._partial_crc = 0
-        """CRC-32 of the last block's bytes so far (not padded): extended by each append."""
+        self._parity = bytearray(BLOCK_SIZE)
 
     @property
     def end(self) -> int:
@@ -135,13 +130,13 @@ class OpenStripe:
             in_block = self.covered % BLOCK_SIZE
             take = min(len(view), BLOCK_SIZE - in_block)
             chunk = view[:take]
-            self._parity ^= int.from_bytes(chunk, "little") << (8 * in_block)
-            self._partial_crc = zlib.crc32(chunk, self._partial_crc if in_block else 0)
+            # XOR over just the bytes appended (Python integers: one C loop each way)
+            region = self._parity[in_block : in_block + take]
+            mixed = int.from_bytes(region, "little") ^ int.from_bytes(chunk, "little")
+            self._parity[in_block : in_block + take] = mixed.to_bytes(take, "little")
             block = self.covered // BLOCK_SIZE
+            self.block_crcs[block] = zlib.crc32(chunk, self.block_crcs[block] if in_block else 0)
             self.covered += take
-            self.block_crcs[block] = zlib.crc32(
-                _ZEROS[: BLOCK_SIZE - (self.covered - block * BLOCK_SIZE)], self._partial_crc
-            )
             view = view[take:]
         return [*done, self]
 
@@ -149,21 +144,16 @@ class OpenStripe:
         copy = OpenStripe(self.number)
         copy.covered = self.covered
         copy.block_crcs = list(self.block_crcs)
-        copy._parity = self._parity
+        copy._parity = bytearray(self._parity)
         return copy
 
     def record(self) -> bytes:
         """This stripe's record, ready to write at ``record_offset``."""
-        parity = self._parity.to_bytes(BLOCK_SIZE, "little")[: min(self.covered, BLOCK_SIZE)]
         header = _HEADER.pack(
-            PARITY_MAGIC,
-            PARITY_VERSION,
-            self.number,
-            self.covered,
-            *self.block_crcs,
-            zlib.crc32(parity),
+            PARITY_MAGIC, PARITY_VERSION, self.number, self.covered, *self.block_crcs
         )
-        return header + _HEADER_CRC.pack(zlib.crc32(header)) + parity
+        parity = self._parity[: min(self.covered, BLOCK_SIZE)]
+        return b"".join((header, _HEADER_CRC.pack(zlib.crc32(header)), parity))
 
 
 def encode_parity(log: bytes | memoryview) -> bytes:
@@ -191,8 +181,7 @@ def decode_record(data: bytes | memoryview, number: int) -> StripeRecord | None:
     (stored,) = _HEADER_CRC.unpack_from(data, _HEADER.size)
     if zlib.crc32(header) != stored:
         return None
-    magic, version, stripe, covered, *rest = _HEADER.unpack(header)
-    crcs, parity_crc = tuple(rest[:STRIPE_BLOCKS]), rest[STRIPE_BLOCKS]
+    magic, version, stripe, covered, *crcs = _HEADER.unpack(header)
     if (
         magic != PARITY_MAGIC
         or version != PARITY_VERSION
@@ -202,9 +191,9 @@ def decode_record(data: bytes | memoryview, number: int) -> StripeRecord | None:
         return None
     size = min(covered, BLOCK_SIZE)
     parity = bytes(data[HEADER_SIZE : HEADER_SIZE + size])
-    if len(parity) != size or zlib.crc32(parity) != parity_crc:
+    if len(parity) != size:
         return None
-    return StripeRecord(stripe, covered, crcs, parity + _ZEROS[size:])
+    return StripeRecord(stripe, covered, tuple(crcs), parity + _ZEROS[size:])
 
 
 def damaged_blocks(data: bytes | memoryview, record: StripeRecord) -> list[int]:
@@ -216,9 +205,19 @@ def damaged_blocks(data: bytes | memoryview, record: StripeRecord) -> list[int]:
         start = block * BLOCK_SIZE
         stop = min(start + BLOCK_SIZE, record.covered)
         chunk = view[start:stop]
-        if len(chunk) != stop - start or block_crc(chunk) != record.block_crcs[block]:
+        if len(chunk) != stop - start or zlib.crc32(chunk) != record.block_crcs[block]:
             bad.append(block)
     return bad
+
+
+def parity_holds(data: bytes | memoryview, record: StripeRecord) -> bool:
+    """Whether the record's parity is the XOR of the stripe's blocks (``data``, from the
+    stripe's start, every covered block intact): what a scrub checks the parity by."""
+    view = memoryview(data)
+    parity = 0
+    for start in range(0, record.covered, BLOCK_SIZE):
+        parity ^= int.from_bytes(view[start : min(start + BLOCK_SIZE, record.covered)], "little")
+    return parity.to_bytes(BLOCK_SIZE, "little") == record.parity
 
 
 @dataclass(frozen=True)
@@ -252,7 +251,7 @@ def rebuild(data: bytes | memoryview, record: StripeRecord) -> Rebuilt | None:
     start = lost * BLOCK_SIZE
     size = min(BLOCK_SIZE, record.covered - start)
     lost_bytes = parity.to_bytes(BLOCK_SIZE, "little")[:size]
-    if parity >> (8 * size) or block_crc(lost_bytes) != record.block_crcs[lost]:
+    if parity >> (8 * size) or zlib.crc32(lost_bytes) != record.block_crcs[lost]:
         return None
     healed = bytearray(data)
     healed[start : start + size] = lost_bytes
@@ -261,6 +260,7 @@ def rebuild(data: bytes | memoryview, record: StripeRecord) -> Rebuilt | None:
 
 __all__ = [
     "BLOCK_SIZE",
+    "HEADER_SIZE",
     "RECORD_SIZE",
     "STRIPE_SIZE",
     "OpenStripe",
@@ -269,6 +269,7 @@ __all__ = [
     "damaged_blocks",
     "decode_record",
     "encode_parity",
+    "parity_holds",
     "rebuild",
     "record_offset",
     "stripe_of",

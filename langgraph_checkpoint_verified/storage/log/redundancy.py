@@ -34,6 +34,7 @@ from langgraph_checkpoint_verified.storage.log.parity import (
     damaged_blocks,
     decode_record,
     encode_parity,
+    parity_holds,
     rebuild,
     record_offset,
     stripe_of,
@@ -258,26 +259,25 @@ def scrub(
         record = parity.record(number)
         if record is not None and record.covered > len(data):
             record = None  # covers bytes past the intact end: not this log's record
-        if record is None:
+        rebuilt = None if record is None else rebuild(data, record)
+        if record is not None and rebuilt is None:
+            found.unhealable.extend(
+                start + block * BLOCK_SIZE for block in damaged_blocks(data, record)
+            )
+            continue
+        if record and rebuilt and not rebuilt.blocks and not parity_holds(data, record):
+            record = rebuilt = None  # the parity itself is damaged: as good as none
+        if record is None or rebuilt is None:
             found.unprotected.append((start, start + size))
             if repair and vouched(start, start + size):
                 new_records.append((number, OpenStripe.from_bytes(number, data).record()))
                 found.protected.append((start, start + size))
             continue
-        rebuilt = rebuild(data, record)
-        if rebuilt is None:
-            found.unhealable.extend(
-                start + block * BLOCK_SIZE for block in damaged_blocks(data, record)
-            )
-            continue
         if rebuilt.blocks and repair and writable_log is not None:
-            fd = writable_log()
             for block in rebuilt.blocks:
                 offset = block * BLOCK_SIZE
                 chunk = rebuilt.data[offset : min(offset + BLOCK_SIZE, record.covered)]
-                os.pwrite(fd, chunk, start + offset)
-            if fsync:
-                os.fdatasync(fd)
+                os.pwrite(writable_log(), chunk, start + offset)
             found.rewritten = True
         found.healed.extend(start + block * BLOCK_SIZE for block in rebuilt.blocks)
         if record.covered < size:
@@ -287,6 +287,8 @@ def scrub(
                 stripe = OpenStripe.from_bytes(number, rebuilt.data[:size])
                 new_records.append((number, stripe.record()))
                 found.protected.append(tail)
+    if found.rewritten and fsync and writable_log is not None:
+        os.fdatasync(writable_log())
     if new_records:
         parity.write_records(new_records, fsync=fsync)
     return found

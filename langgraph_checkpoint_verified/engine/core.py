@@ -160,11 +160,14 @@ class Engine:
         *,
         strict: bool | None = None,
         holders: dict[str, Any] | None = None,
+        values: bool = True,
     ) -> CheckpointTuple | None:
         """The newest checkpoint of a namespace that verifies; ``None`` if none does.
 
         Newer ones that do not verify are skipped and reported (in strict mode,
-        the first raises ``CheckpointDamagedError``).
+        the first raises ``CheckpointDamagedError``). ``values=False`` verifies as
+        much (every record its values are kept in) but deserializes no channel
+        value and no pending write, as ``list_checkpoints`` does: for summaries.
         """
         strict = self.strict if strict is None else strict
         holders = {} if holders is None else holders
@@ -174,7 +177,12 @@ class Engine:
             saw_any = True
             try:
                 found = self.load(
-                    thread_id, checkpoint_ns, checkpoint_id, holders, remember_lists=True
+                    thread_id,
+                    checkpoint_ns,
+                    checkpoint_id,
+                    holders,
+                    remember_lists=values,
+                    values=values,
                 )
             except Unusable as unusable:
                 if strict:
@@ -268,6 +276,26 @@ class Engine:
             f"checkpoint {guess}, which may be on another branch if the thread was forked"
         )
         return guess
+
+    def count_own_records(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int]:
+        """How many of a namespace's checkpoint records verify on their own, and how many not.
+
+        Each record is checked whole (frame, digests, identity, content shape), as
+        every read checks it; the records its channel values are kept in are not
+        read, so a checkpoint counted here may still be unusable (``verify`` finds
+        those). Nothing is deserialized. Damage is reported as reads report it.
+        A record deleted since its name was listed is in neither count.
+        """
+        verified = damaged = 0
+        for checkpoint_id in self.reader.checkpoint_ids(thread_id, checkpoint_ns):
+            key = keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
+            try:
+                record = self.reader.read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
+            except Unusable:
+                damaged += 1
+                continue
+            verified += record is not None
+        return verified, damaged
 
     def list_checkpoints(
         self,

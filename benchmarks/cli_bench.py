@@ -2,20 +2,25 @@
 
 Two stores are written by the chat graph of ``workload`` (so they hold what a
 user's store holds: growing message lists, pending writes, three checkpoints
-per step): ``threads x turns`` for ``inspect`` (8 x 100 = 2,400 checkpoints in
-the full run) and one thread of ``export_turns`` for ``export`` (200 turns = 600
-checkpoints). They are built with ``fsync=False``, which writes the same files
-faster; nothing is timed while building.
+per turn): ``threads x turns`` for ``inspect`` and ``threads`` (16 x 50 = 2,400
+checkpoints in the full run) and one thread of ``export_turns`` for ``export``
+(200 turns = 600 checkpoints). They are built with ``fsync=False``, which writes
+the same files faster; nothing is timed while building.
 
 The baseline is the console script's own start-up (``langgraph-verified
---help``: Python, LangGraph and the package imported, nothing read), timed in
-the same rounds. Each round runs the three commands in rotated order; one
-untimed ``--help`` first compiles the bytecode; building left the stores in the
-page cache.
+--help``: the command line built, nothing read), timed in the same rounds. Each
+round runs the commands in rotated order; one untimed ``--help`` first compiles
+the bytecode; building left the stores in the page cache.
+
+Run alone, it builds one such store (kept, and reused by the next run) and times
+``threads`` and ``inspect`` on it against ``--help``::
+
+    python benchmarks/cli_bench.py --threads 8 --turns 100 --store /tmp/cli-store
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -90,6 +95,7 @@ def cli_section(settings: Any, workdir: Path) -> dict[str, Any]:
     commands = {
         "startup (--help)": [*script, "--help"],
         "inspect": [*script, "inspect", str(inspect_store)],
+        "threads": [*script, "threads", str(inspect_store)],
         "export": [*script, *export_arguments(script, export_store, export_file)],
     }
 
@@ -139,3 +145,52 @@ def cli_section(settings: Any, workdir: Path) -> dict[str, Any]:
             },
         }
     }
+
+
+def time_commands(commands: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
+    """Each command's wall times as a subprocess, ``rounds`` rounds in rotated order.
+
+    One untimed run of each first (bytecode compiled, the store in the page cache).
+    """
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    for round_ in range(-1, rounds):
+        for name in rotated(list(commands), max(round_, 0)):
+            began = time.perf_counter()
+            done = subprocess.run(commands[name], capture_output=True, text=True)
+            elapsed = time.perf_counter() - began
+            if done.returncode != 0:
+                raise RuntimeError(f"{commands[name]} exited {done.returncode}: {done.stderr!r}")
+            if round_ >= 0:
+                samples[name].append(elapsed)
+    return samples
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=8, help="threads in the store")
+    parser.add_argument("--turns", type=int, default=100, help="chat turns per thread")
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds")
+    parser.add_argument("--store", type=Path, required=True, help="built here if missing")
+    args = parser.parse_args(argv)
+    if not args.store.exists():
+        started = time.perf_counter()
+        build_chat_store(args.store, args.threads, args.turns, seed=6)
+        print(f"built {args.store} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    script = console_script()
+    commands = {
+        "--help": [*script, "--help"],
+        "threads": [*script, "threads", str(args.store)],
+        "inspect": [*script, "inspect", str(args.store)],
+    }
+    samples = time_commands(commands, args.rounds)
+    print(f"{' '.join(script)} on {args.store}, {args.rounds} rounds, wall seconds")
+    for name, times in samples.items():
+        print(
+            f"  {name:8} median {statistics.median(times):.3f}  "
+            f"min {min(times):.3f}  max {max(times):.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

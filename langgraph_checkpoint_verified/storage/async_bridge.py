@@ -1,13 +1,16 @@
-"""The saver's one synchronous core, run on an event loop with no thread in between.
+"""The saver's one synchronous core, run off the caller's event loop with no thread per call.
 
 The async twins (``aget_tuple``, ``aput``...) of a saver on a store that can
-await its requests (an object store, through obstore's async API) run the
-synchronous core in a greenlet on the event loop's own thread. Each request the
-core makes hands its coroutine to the loop (``await_io``) and the core carries
-on when it is done; meanwhile the loop runs other tasks, other cores among them.
-SQLAlchemy's asyncio support runs its synchronous ORM over async drivers the
-same way. Nothing waits on a thread pool, so a server with many threads in
-flight is bounded by the store, not by a pool's size.
+await its requests (an object store, through obstore's async API) cross once,
+to the store's event loop: one daemon thread per process (``core_loop``), which
+runs each call's synchronous core in a greenlet. Each request the core makes
+hands its coroutine to that loop (``await_io``) and the core carries on when it
+is done; meanwhile the loop runs other cores. SQLAlchemy's asyncio support runs
+its synchronous ORM over async drivers the same way. Nothing waits on a thread
+pool, so a server with many threads in flight is bounded by the store, not by a
+pool's size; and the CPU work of a call (serializing, hashing, compressing a
+large state) runs on the store's thread, never on the caller's loop, which goes
+on serving other requests meanwhile.
 
 Without the ``greenlet`` package (it comes with the ``[s3]`` extra) nothing
 here is used: the twins run the core in a worker thread, as for files.
@@ -16,6 +19,8 @@ here is used: the twins run the core in a worker thread, as for files.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -57,6 +62,7 @@ def await_io(awaitable: Awaitable[T]) -> T:
 async def run_core(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run the synchronous ``fn`` here, awaiting each request it hands to ``await_io``."""
     core = _CoreGreenlet(fn, greenlet.getcurrent())
+    core.gr_context = contextvars.copy_context()  # the caller's context, as to_thread gives
     result = core.switch(*args, **kwargs)
     while not core.dead:
         try:
@@ -66,6 +72,44 @@ async def run_core(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         else:
             result = core.switch(value)
     return result  # type: ignore[no-any-return]
+
+
+_core_loop: tuple[int, asyncio.AbstractEventLoop] | None = None
+_core_loop_lock = threading.Lock()
+
+
+def core_loop() -> asyncio.AbstractEventLoop:
+    """The event loop the cores of this process run on, in a daemon thread of its own
+    (started at the first call, and again in a child process after ``fork``)."""
+    global _core_loop
+    with _core_loop_lock:
+        if _core_loop is None or _core_loop[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="langgraph-verified-store", daemon=True
+            )
+            thread.start()
+            _core_loop = (os.getpid(), loop)
+        return _core_loop[1]
+
+
+async def run_core_off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``run_core`` on the store's loop (``core_loop``), awaited from the caller's loop:
+    one crossing, after which the caller's loop runs none of ``fn``'s work."""
+    loop = core_loop()
+    if asyncio.get_running_loop() is loop:
+        return await run_core(fn, *args, **kwargs)
+    # the caller's context is copied here, on the caller's side (run_core would copy the
+    # store loop's)
+    context = contextvars.copy_context()
+    future = asyncio.run_coroutine_threadsafe(_in_context(context, fn, args, kwargs), loop)
+    return await asyncio.wrap_future(future)
+
+
+async def _in_context(
+    context: contextvars.Context, fn: Callable[..., T], args: Any, kwargs: Any
+) -> T:
+    return await run_core(lambda: context.run(fn, *args, **kwargs))
 
 
 class _Wakeup:

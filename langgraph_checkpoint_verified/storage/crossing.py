@@ -1,11 +1,12 @@
 """The one crossing an async twin makes: the synchronous core, run off the event loop's back.
 
 Every face writes its operations once, synchronously, and its ``a*`` twins call
-``run_off_loop`` once per call. Files and memory: a worker thread
-(``asyncio.to_thread``), since serializing, compressing, hashing and the disk's
-syncs would otherwise stall the loop. A store reached over the network
-(``awaits_io``, S3): the core runs on the event loop itself, in a greenlet, and
-each request is awaited through the store's async API (``async_bridge``, which
+``run_off_loop`` once per call, since serializing, compressing and hashing a
+large state, and the disk's syncs, would otherwise stall the loop. Files and
+memory: a worker thread (``asyncio.to_thread``). A store reached over the
+network (``awaits_io``, S3): the store's own event loop thread, where the core
+runs in a greenlet and each request is awaited through the store's async API,
+so that many calls are in flight without a thread each (``async_bridge``, which
 is imported only then: greenlet is the ``[s3]`` extra).
 """
 
@@ -30,7 +31,7 @@ async def run_off_loop(storage: Storage, fn: Callable[..., T], *args: Any, **kwa
         6
     """
     if getattr(storage, "awaits_io", False):
-        from langgraph_checkpoint_verified.storage.async_bridge import run_core
+        from langgraph_checkpoint_verified.storage.async_bridge import run_core_off_loop
 
-        return await run_core(fn, *args, **kwargs)
+        return await run_core_off_loop(fn, *args, **kwargs)
     return await asyncio.to_thread(fn, *args, **kwargs)

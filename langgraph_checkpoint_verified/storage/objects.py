@@ -19,7 +19,19 @@ Writes are conditional, so machines never overwrite each other blindly:
   newer one. The head is moved forward by compare and swap (``If-Match``),
   never backwards, when a namespace's first checkpoint is written and then
   every ``HEAD_EVERY`` checkpoints this process writes, so a ``put`` costs one
-  ``PUT`` (and one ``HEAD`` of its parent, see ``stamp``) most of the time.
+  ``PUT`` most of the time.
+
+What this process wrote, and what it read, it keeps with the ETag the store gave
+it (``_Known``), and does not ask for again while the store last said so less
+than ``fresh_for`` seconds ago: a ``PUT``'s answer carries the new ETag, and
+each ``LIST`` carries the ETag of every object it names, so reading back a
+record this process just wrote, or just listed unchanged, costs no request.
+Later, the object is revalidated: a ``HEAD``, or a ``GET`` with
+``If-None-Match`` that answers ``304 Not Modified`` without the bytes when
+nothing changed. A ``LIST`` that names another ETag, or no longer names the
+object, forgets it at once, so an object rewritten or damaged behind this
+process is read again, and verified, by the next read that lists it (every
+``get_tuple`` of a namespace's newest checkpoint does).
 
 An acknowledged write is durable when S3 acknowledges it. Requests are retried
 by obstore (a 5xx, a dropped connection, with backoff); when the store cannot be
@@ -27,9 +39,11 @@ reached after that, reads and writes raise ``StoreUnavailableError``: an
 unreachable store is never taken for a damaged or missing record, so a thread
 never falls back to an older checkpoint because the network failed.
 
-Called from the saver's async twins, every request goes through obstore's async
-API, awaited on the event loop (``storage.async_bridge``): many calls are in flight at
-once without a thread each. Locks are this process's (and give the event loop
+Called from the saver's async twins, the core runs on the store's own event loop
+thread and every request goes through obstore's async API, awaited there
+(``storage.async_bridge``): many calls are in flight at once without a thread
+each, and none of their serializing, hashing or compressing runs on the caller's
+event loop. Locks are this process's (and give the event loop
 back while they wait): machines sharing a bucket are kept apart by the
 conditional writes above, not by locks (see ``docs/s3.md`` for what that means
 for maintenance).
@@ -37,13 +51,18 @@ for maintenance).
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import builtins
 import contextlib
 import errno
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langgraph_checkpoint_verified.errors import StoreUnavailableError, StoreWriteError
@@ -60,6 +79,7 @@ try:
     from obstore.exceptions import (
         AlreadyExistsError,
         NotFoundError,
+        NotModifiedError,
         PermissionDeniedError,
         PreconditionError,
         UnauthenticatedError,
@@ -84,7 +104,28 @@ HEAD_EVERY = 64
 HEADS_PREFIX = "heads"
 _CHECKPOINTS = "/checkpoints"
 _CAS_ATTEMPTS = 32
-_WRITTEN_STAMPS = 4096
+FRESH_FOR = 60.0
+"""Seconds during which what the store last said of an object (its ETag, its bytes) is
+taken as still true, without a request: longer than a step of a run, and far shorter
+than the idle time after which maintenance may touch a thread (``docs/s3.md``)."""
+_KNOWN_OBJECTS = 4096
+_KNOWN_BYTES = 32 * 1024 * 1024
+_LISTINGS = 256
+_LISTED_NAMES = 4 * LIST_CHAIN_LIMIT
+
+
+@dataclass
+class _Known:
+    """What the store last said an object is: its ETag and size, its bytes if kept."""
+
+    etag: str
+    size: int
+    data: bytes | None
+    checked: float
+    """``time.monotonic()`` when the store last answered for it (a PUT, GET, HEAD or LIST)."""
+
+
+_UNCHANGED = object()
 
 
 def _refused(location: str, error: BaseException) -> StoreWriteError:
@@ -120,6 +161,9 @@ class ObjectStorage(OneRecordPerWrite):
             ``AWS_*`` environment variables.
         region: The bucket's region.
         store: An obstore ``S3Store`` made by the caller, instead of ``url``.
+        fresh_for: Seconds during which an object this process wrote, read or saw
+            listed is not asked for again (its bytes and ETag are taken from memory);
+            ``0`` revalidates each one at every use.
         **options: More ``S3Store`` options (``client_options``,
             ``retry_config``, ``access_key_id``, ...).
 
@@ -135,6 +179,7 @@ class ObjectStorage(OneRecordPerWrite):
         endpoint: str | None = None,
         region: str | None = None,
         store: Any = None,
+        fresh_for: float = FRESH_FOR,
         **options: Any,
     ) -> None:
         _require_obstore()
@@ -162,18 +207,23 @@ class ObjectStorage(OneRecordPerWrite):
             if getattr(store, "prefix", None):
                 self.url += f"/{store.prefix}"
         self.store = store
+        self.fresh_for = float(fresh_for)
         self.list_chain_limit = LIST_CHAIN_LIMIT
         self.awaits_io = async_bridge.AVAILABLE
-        """The saver's async twins run its core on the event loop, requests awaited
-        through obstore's async API (see ``storage.async_bridge``)."""
+        """The saver's async twins run its core on the store's event loop thread,
+        requests awaited through obstore's async API (see ``storage.async_bridge``)."""
         self._locks: dict[str, SharedExclusiveLock] = {}
         self._heads: dict[str, tuple[str | None, str]] = {}
         """checkpoints prefix -> (etag of its head object as last seen, the name it holds)."""
         self._newest: dict[str, str] = {}
         """checkpoints prefix -> the newest checkpoint name this process knows of."""
         self._since_head: dict[str, int] = {}
-        self._written: OrderedDict[str, Hashable] = OrderedDict()
-        """key -> the stamp of what this process last wrote there (see ``written_stamp``)."""
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        """key -> what the store last said is there (least recently used first)."""
+        self._known_bytes = 0
+        self._listed: OrderedDict[str, builtins.list[str]] = OrderedDict()
+        """checkpoints prefix -> the names its last LIST from the head returned, sorted."""
+        self._fetchers: ThreadPoolExecutor | None = None
         self._state_lock = threading.Lock()
 
     # -- requests ------------------------------------------------------------
@@ -187,21 +237,65 @@ class ObjectStorage(OneRecordPerWrite):
             return await_io(async_call())
         return call()
 
-    def _get(self, key: str) -> tuple[bytes, str | None] | None:
+    def _get(self, key: str, *, unless_etag: str | None = None) -> Any:
+        """GET: ``(bytes, etag)``, ``None`` if absent, ``_UNCHANGED`` if the object still
+        has the ETag ``unless_etag`` (``If-None-Match``: a 304, no bytes sent)."""
+        options: Any = {"if_none_match": unless_etag} if unless_etag else None
+
         def call() -> tuple[bytes, str | None]:
-            result = obstore.get(self.store, key)
+            result = obstore.get(self.store, key, options=options)
             return bytes(result.bytes()), result.meta.get("e_tag")
 
         async def async_call() -> tuple[bytes, str | None]:
-            result = await obstore.get_async(self.store, key)
+            result = await obstore.get_async(self.store, key, options=options)
             return bytes(await result.bytes_async()), result.meta.get("e_tag")
 
         try:
             return self._io(call, async_call)
         except (FileNotFoundError, NotFoundError):
             return None
+        except NotModifiedError:
+            return _UNCHANGED
         except Exception as exc:
             raise self._unavailable("read", key, exc) from exc
+
+    def _get_many(self, keys: builtins.list[str]) -> builtins.list[Any]:
+        """``_get`` of each key, the requests in flight together; an error of the first
+        key is raised, those of the others are taken as "not fetched" (``_UNCHANGED``)."""
+        if len(keys) == 1:
+            return [self._get(keys[0])]
+        if in_core_greenlet():
+
+            async def gather() -> builtins.list[Any]:
+                return await asyncio.gather(
+                    *(self._get_async(key) for key in keys), return_exceptions=True
+                )
+
+            results = await_io(gather())
+        else:
+            with self._state_lock:
+                if self._fetchers is None:
+                    self._fetchers = ThreadPoolExecutor(LIST_CHAIN_LIMIT, "s3-fetch")
+                fetchers = self._fetchers
+            futures = [fetchers.submit(self._get, key) for key in keys]
+            results = []
+            for future in futures:
+                try:
+                    results.append(future.result())
+                except Exception as exc:
+                    results.append(exc)
+        if isinstance(results[0], StoreUnavailableError):
+            raise results[0]
+        if isinstance(results[0], BaseException):
+            raise self._unavailable("read", keys[0], results[0]) from results[0]  # type: ignore[arg-type]
+        return [_UNCHANGED if isinstance(r, BaseException) else r for r in results]
+
+    async def _get_async(self, key: str) -> tuple[bytes, str | None] | None:
+        try:
+            result = await obstore.get_async(self.store, key)
+            return bytes(await result.bytes_async()), result.meta.get("e_tag")
+        except (FileNotFoundError, NotFoundError):
+            return None
 
     def _put(self, key: str, data: bytes, mode: Any) -> str | None:
         """PUT ``data``; its new etag. ``AlreadyExistsError``/``PreconditionError`` pass."""
@@ -221,19 +315,81 @@ class ObjectStorage(OneRecordPerWrite):
 
     def _list_keys(self, prefix: str | None, offset: str | None = None) -> builtins.list[str]:
         """Every key under ``prefix`` (after ``offset``), in key order: one LIST a page."""
+        return [meta["path"] for meta in self._list_meta(prefix, offset)]
 
-        def call() -> builtins.list[str]:
-            stream = obstore.list(self.store, prefix, offset=offset)
-            return [meta["path"] for chunk in stream for meta in chunk]
+    def _list_meta(self, prefix: str | None, offset: str | None = None) -> builtins.list[Any]:
+        """``_list_keys``, each key with its ETag and size (obstore's ``ObjectMeta``)."""
 
-        async def async_call() -> builtins.list[str]:
+        def call() -> builtins.list[Any]:
             stream = obstore.list(self.store, prefix, offset=offset)
-            return [meta["path"] async for chunk in stream for meta in chunk]
+            return [meta for chunk in stream for meta in chunk]
+
+        async def async_call() -> builtins.list[Any]:
+            stream = obstore.list(self.store, prefix, offset=offset)
+            return [meta async for chunk in stream for meta in chunk]
 
         try:
             return self._io(call, async_call)
         except Exception as exc:
             raise self._unavailable("list", prefix or "", exc) from exc
+
+    # -- what the store last said ----------------------------------------------
+
+    def _remember(self, key: str, etag: str | None, data: bytes | None, size: int) -> None:
+        """The store just said ``key`` holds ``data`` (or ``size`` bytes) under ``etag``."""
+        with self._state_lock:
+            self._drop(key)
+            if not etag:
+                return  # nothing to revalidate against: ask the store each time
+            self._known[key] = _Known(etag, size, data, time.monotonic())
+            self._known_bytes += len(data) if data is not None else 0
+            while len(self._known) > _KNOWN_OBJECTS or self._known_bytes > _KNOWN_BYTES:
+                self._drop(next(iter(self._known)))
+
+    def _drop(self, key: str) -> None:
+        """Forget ``key`` (the caller holds ``_state_lock``)."""
+        known = self._known.pop(key, None)
+        if known is not None and known.data is not None:
+            self._known_bytes -= len(known.data)
+
+    def _forget(self, keys: builtins.list[str]) -> None:
+        with self._state_lock:
+            for key in keys:
+                self._drop(key)
+
+    def _fresh(self, key: str) -> tuple[_Known | None, bool]:
+        """What is known of ``key``, and whether the store said so within ``fresh_for``."""
+        with self._state_lock:
+            known = self._known.get(key)
+            if known is None:
+                return None, False
+            self._known.move_to_end(key)
+            return known, time.monotonic() - known.checked < self.fresh_for
+
+    def _confirm(self, key: str, etag: str | None) -> None:
+        """The store says ``key`` has ``etag`` now: known and the same, it is fresh again;
+        known and different (rewritten, damaged, replaced), it is forgotten."""
+        with self._state_lock:
+            known = self._known.get(key)
+            if known is None:
+                return
+            if etag and etag == known.etag:
+                known.checked = time.monotonic()
+            else:
+                self._drop(key)
+
+    def _saw_listed(self, start: str, listed: Sequence[Any], after: str = "") -> None:
+        """A LIST of the keys directly under ``start`` (greater than ``after``) returned
+        ``listed``: confirm or forget each key of it this process knows."""
+        etags = {meta["path"]: meta.get("e_tag") for meta in listed}
+        with self._state_lock:
+            mine = [
+                key
+                for key in self._known
+                if key.startswith(start) and key > after and "/" not in key[len(start) :]
+            ]
+        for key in mine:
+            self._confirm(key, etags.get(key))
 
     # -- Storage -------------------------------------------------------------
 
@@ -247,9 +403,7 @@ class ObjectStorage(OneRecordPerWrite):
                 self.write(key, data)
         doomed = [key for key, data in changes.items() if data is None]
         if doomed:
-            with self._state_lock:
-                for key in doomed:
-                    self._written.pop(key, None)
+            self._forget(doomed)
             self._delete(doomed, prefix)
 
     def usage(self, prefix: str) -> int:
@@ -283,7 +437,7 @@ class ObjectStorage(OneRecordPerWrite):
                 if not replace:
                     return False
             found = self._get(key)
-            if found is None:
+            if found is None or found is _UNCHANGED:
                 continue  # deleted in between: create it again
             stored, etag = found
             if stored == data:
@@ -295,11 +449,8 @@ class ObjectStorage(OneRecordPerWrite):
                 continue  # replaced in between: compare again
         else:
             raise self._unavailable("write", key, TimeoutError("too many concurrent writers"))
-        with self._state_lock:
-            self._written[key] = (etag, len(data)) if etag else None
-            self._written.move_to_end(key)
-            while len(self._written) > _WRITTEN_STAMPS:
-                self._written.popitem(last=False)
+        # the answer carries the ETag: reading these bytes back, or their stamp, asks nothing
+        self._remember(key, etag, data, len(data))
         self._note_written(key)
         return True
 
@@ -319,8 +470,47 @@ class ObjectStorage(OneRecordPerWrite):
         return written
 
     def read(self, key: str) -> bytes | None:
-        found = self._get(key)
-        return None if found is None else found[0]
+        """The object's bytes: from memory while fresh (``fresh_for``), then revalidated
+        by a conditional GET that sends no bytes when they did not change."""
+        known, fresh = self._fresh(key)
+        if known is not None and known.data is not None:
+            if fresh:
+                return known.data
+            found = self._get(key, unless_etag=known.etag)
+            if found is _UNCHANGED:
+                self._confirm(key, known.etag)
+                return known.data
+        else:
+            found = self._get_with_chain(key)
+        if found is None:
+            self._forget([key])
+            return None
+        data, etag = found
+        self._remember(key, etag, data, len(data))
+        return data  # type: ignore[no-any-return]
+
+    def _get_with_chain(self, key: str) -> Any:
+        """``_get(key)``; and when ``key`` is an older checkpoint of a namespace just
+        listed (a first read walking the records a list value extends, one after the
+        other), the GETs of the checkpoints listed just before it too, all in flight
+        together: the records of a chain, up to ``list_chain_limit``, cost one round
+        trip instead of one each."""
+        prefix, _, name = key.rpartition("/")
+        with self._state_lock:
+            listed = self._listed.get(prefix)
+            older: builtins.list[str] = []
+            if listed and name in listed and name != listed[-1]:
+                at = bisect.bisect_left(listed, name)
+                for candidate in reversed(listed[max(0, at - self.list_chain_limit + 1) : at]):
+                    if f"{prefix}/{candidate}" not in self._known:
+                        older.append(f"{prefix}/{candidate}")
+        if not older:
+            return self._get(key)
+        found, *more = self._get_many([key, *older])
+        for other, result in zip(older, more, strict=True):
+            if isinstance(result, tuple):
+                self._remember(other, result[1], result[0], len(result[0]))
+        return found
 
     def list(self, prefix: str) -> builtins.list[str]:
         start = f"{prefix}/" if prefix else ""
@@ -331,6 +521,7 @@ class ObjectStorage(OneRecordPerWrite):
             )
         except Exception as exc:
             raise self._unavailable("list", prefix, exc) from exc
+        self._saw_listed(start, result["objects"])
         names = [p[len(start) :].rstrip("/") for p in result["common_prefixes"]]
         names += [o["path"][len(start) :] for o in result["objects"]]
         if not prefix:
@@ -343,8 +534,7 @@ class ObjectStorage(OneRecordPerWrite):
         yield from sorted(k for k in keys if not k.startswith(heads))
 
     def delete(self, key: str) -> None:
-        with self._state_lock:
-            self._written.pop(key, None)
+        self._forget([key])
         self._delete([key], key)
 
     def _delete(self, keys: builtins.list[str], what: str) -> None:
@@ -362,8 +552,11 @@ class ObjectStorage(OneRecordPerWrite):
 
     def delete_tree(self, prefix: str) -> None:
         keys = builtins.list(self.walk(prefix)) + self._heads_under(prefix)
+        with self._state_lock:
+            keys += [key for key in self._known if key.startswith(f"{prefix}/")]
+        self._forget(keys)
         if keys:
-            self._delete(keys, prefix)
+            self._delete(sorted(set(keys)), prefix)
         with self._state_lock:
             for known in (self._heads, self._newest, self._since_head):
                 for checkpoints in [p for p in known if p.startswith(f"{prefix}/")]:
@@ -375,6 +568,7 @@ class ObjectStorage(OneRecordPerWrite):
         Raises ``PermissionError`` (as a file system would) when the store refuses;
         a copy whose original cannot be deleted is deleted again.
         """
+        self._forget([key])  # the bytes in the store, as they are, not as remembered
         found = self._get(key)
         if found is None:
             return False
@@ -395,23 +589,29 @@ class ObjectStorage(OneRecordPerWrite):
         return f"{self.url}/{key}"
 
     def stamp(self, key: str) -> Hashable | None:
-        """The object's etag: one ``HEAD`` request (another machine may have rewritten it)."""
+        """The object's ETag and size: from memory while fresh (``fresh_for``), else one
+        ``HEAD`` (another machine may have rewritten it since)."""
+        known, fresh = self._fresh(key)
+        if known is not None and fresh:
+            return (known.etag, known.size)
         try:
             meta = self._io(
                 lambda: obstore.head(self.store, key),
                 lambda: obstore.head_async(self.store, key),
             )
         except (FileNotFoundError, NotFoundError):
+            self._forget([key])
             return None
         except Exception as exc:
             raise self._unavailable("read", key, exc) from exc
+        self._confirm(key, meta.get("e_tag"))
         return (meta.get("e_tag"), meta.get("size"))
 
     def written_stamp(self, key: str) -> Hashable | None:
-        """The etag the store gave the bytes this process just wrote: no request."""
-        with self._state_lock:
-            if key in self._written:
-                return self._written[key]
+        """The ETag the store gave the bytes this process just wrote: no request."""
+        known, _ = self._fresh(key)
+        if known is not None:
+            return (known.etag, known.size)
         return self.stamp(key)
 
     @contextmanager
@@ -433,10 +633,19 @@ class ObjectStorage(OneRecordPerWrite):
         if known is None:
             known = self._read_head(prefix)
         names = self._names_from(prefix, known) if known is not None else None
+        listed_from = known or ""
         if not names:
             names = self.list(prefix)  # no head yet, or what it names was deleted
+            listed_from = ""
         newest = max(names, default=None)
         with self._state_lock:
+            # the names listed before `listed_from` are still those of the last LIST
+            before = [n for n in self._listed.get(prefix, []) if n < listed_from]
+            listed = before + sorted(n for n in names if n.endswith(".ckpt"))
+            self._listed[prefix] = listed[-_LISTED_NAMES:]
+            self._listed.move_to_end(prefix)
+            while len(self._listed) > _LISTINGS:
+                self._listed.popitem(last=False)
             if newest is None:
                 self._newest.pop(prefix, None)
             else:
@@ -447,8 +656,10 @@ class ObjectStorage(OneRecordPerWrite):
         """Names under ``prefix`` from ``name`` on (``name`` itself included if it exists)."""
         start = f"{prefix}/"
         # LIST returns keys after its offset: a key just short of `name` includes it
-        keys = self._list_keys(start, offset=f"{start}{name[:-1]}")
-        names = [k[len(start) :] for k in keys]
+        offset = f"{start}{name[:-1]}"
+        listed = self._list_meta(start, offset=offset)
+        self._saw_listed(start, listed, after=offset)
+        names = [meta["path"][len(start) :] for meta in listed]
         return [n for n in names if "/" not in n and n >= name]
 
     def _heads_under(self, prefix: str) -> builtins.list[str]:

@@ -187,10 +187,11 @@ def read_thread_is_not_the_loop(loop_thread: int, threads: set[int]) -> bool:
     return bool(threads) and loop_thread not in threads
 
 
-def test_a_first_read_fetches_a_chain_of_records_at_once(fault_proxy, s3_bucket):
+def test_a_first_read_fetches_a_chain_of_records_a_few_round_trips(fault_proxy, s3_bucket):
     """A machine reading a thread for the first time reads the newest record, then the
-    records its `log` list extends: those GETs are in flight together, not one by one
-    (the proxy lets none through until all have arrived)."""
+    records its `log` list extends: those GETs go out together, in batches that double
+    (2, 4, 8...: read ahead), not one by one; the proxy lets none of the first batch
+    through until all of it has arrived."""
     _, bucket = s3_bucket
     writer = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
     configs = put_chain(writer, 12)
@@ -201,13 +202,22 @@ def test_a_first_read_fetches_a_chain_of_records_at_once(fault_proxy, s3_bucket)
         reader = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
         assert reader.storage.greatest_name(checkpoints) == newest.rpartition("/")[2]
         assert reader.storage.read(newest) is not None  # the head, the LIST, the newest
+        batches: list[int] = []
+        get_many = reader.storage._get_many
+
+        def recorded(keys):
+            batches.append(len(keys))
+            return get_many(keys)
+
+        reader.storage._get_many = recorded
         fault_proxy.clear_counts()
-        fault_proxy.gather_next(11, method="GET", guard_seconds=30)
+        fault_proxy.gather_next(2, method="GET", guard_seconds=30)
         found = call(reader)
         assert found.checkpoint["channel_values"]["log"] == list(range(12))
         assert fault_proxy.gathered, f"at most {fault_proxy.most_in_flight} in flight"
-        # the 11 older records, the LIST from the newest name and that of the pending
-        # writes: nothing more
+        # the 11 older records in three round trips, the LIST from the newest name and
+        # that of the pending writes: nothing more
+        assert batches == [2, 4, 5]
         assert counted(fault_proxy) == only(GET=11, LIST=2)
 
     first_read(lambda reader: reader.get_tuple(THREAD))

@@ -223,6 +223,9 @@ class ObjectStorage(OneRecordPerWrite):
         self._known_bytes = 0
         self._listed: OrderedDict[str, builtins.list[str]] = OrderedDict()
         """checkpoints prefix -> the names its last LIST from the head returned, sorted."""
+        self._ahead: dict[str, tuple[str, int, int]] = {}
+        """checkpoints prefix -> (the oldest name its last read ahead fetched, how many,
+        how many since the walk began or began again)."""
         self._fetchers: ThreadPoolExecutor | None = None
         self._state_lock = threading.Lock()
 
@@ -492,18 +495,31 @@ class ObjectStorage(OneRecordPerWrite):
     def _get_with_chain(self, key: str) -> Any:
         """``_get(key)``; and when ``key`` is an older checkpoint of a namespace just
         listed (a first read walking the records a list value extends, one after the
-        other), the GETs of the checkpoints listed just before it too, all in flight
-        together: the records of a chain, up to ``list_chain_limit``, cost one round
-        trip instead of one each."""
+        other), the GETs of checkpoints listed just before it too, in flight together.
+
+        Read ahead as a file system does: one more record at first, and each time the
+        walk goes on below what the last read ahead fetched, twice as many, until the
+        walk has fetched ``list_chain_limit`` records (a list's chain is never longer),
+        then again from two. A chain of 16 records costs four round trips instead of
+        sixteen, and a single older record (a value that changed long ago) costs one
+        more GET, not sixteen.
+        """
         prefix, _, name = key.rpartition("/")
         with self._state_lock:
             listed = self._listed.get(prefix)
             older: builtins.list[str] = []
             if listed and name in listed and name != listed[-1]:
+                lowest, window, fetched = self._ahead.get(prefix, ("", 1, 0))
+                room = self.list_chain_limit - fetched
+                if name < lowest and room > 0:
+                    window = min(2 * window, room)  # the walk goes on: read further ahead
+                else:
+                    window, fetched = 2, 0  # a new walk, or a chain's worth fetched already
                 at = bisect.bisect_left(listed, name)
-                for candidate in reversed(listed[max(0, at - self.list_chain_limit + 1) : at]):
+                for candidate in reversed(listed[max(0, at - window + 1) : at]):
                     if f"{prefix}/{candidate}" not in self._known:
                         older.append(f"{prefix}/{candidate}")
+                self._ahead[prefix] = (listed[max(0, at - window + 1)], window, fetched + window)
         if not older:
             return self._get(key)
         found, *more = self._get_many([key, *older])
@@ -644,8 +660,9 @@ class ObjectStorage(OneRecordPerWrite):
             listed = before + sorted(n for n in names if n.endswith(".ckpt"))
             self._listed[prefix] = listed[-_LISTED_NAMES:]
             self._listed.move_to_end(prefix)
+            self._ahead.pop(prefix, None)
             while len(self._listed) > _LISTINGS:
-                self._listed.popitem(last=False)
+                self._ahead.pop(self._listed.popitem(last=False)[0], None)
             if newest is None:
                 self._newest.pop(prefix, None)
             else:

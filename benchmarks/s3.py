@@ -19,6 +19,14 @@ of one saver (checked: they must all name its bucket).
   timed; the saver and ``get_tuple`` are). A design that lists every checkpoint
   of a thread to find the newest makes one ``LIST`` per 1,000 keys (S3's page)
   and reads all those keys.
+* **stall**: ``aput`` of a 1 MB state (``big_state``) from an asyncio event loop
+  while a 1 ms timer ticks on that loop: the longest the timer fired late is how
+  long every other request the loop serves waited. Measured as the async twins
+  run (one crossing to the store's loop thread) and, for comparison, with the
+  same core run on the caller's loop (``async_bridge.run_core``, how the twins
+  ran before). The stall does not depend on the server; it depends on the CPU,
+  and, the core running on another thread, on how long that thread keeps the
+  GIL.
 
 The baseline is ``S3CheckpointSaver`` of ``langgraph-checkpoint-s3`` (boto3). Its
 0.1.3 release calls ``serde.dumps``/``serde.loads`` on the metadata, which
@@ -401,6 +409,100 @@ def thread_part(settings: Any, bench: Bench) -> dict[str, Any]:
     }
 
 
+# -- the event loop's stall during a 1 MB aput --------------------------------------------
+
+STALL_ROUNDS = 20
+STALL_TICK_S = 0.001
+
+
+def big_state(seed: int, messages: int = 4000) -> list[dict[str, str]]:
+    """About 1 MB serialized: chat-like messages of 30 words each."""
+    import random
+
+    rng = random.Random(seed)
+    words = ("alpha", "beta", "gamma", "delta", "state", "message", "tool", "graph", "node")
+    return [
+        {
+            "role": rng.choice(("user", "assistant")),
+            "id": f"m{seed}-{n}",
+            "content": " ".join(f"{rng.choice(words)}{rng.randrange(1000)}" for _ in range(30)),
+        }
+        for n in range(messages)
+    ]
+
+
+async def longest_stall(call: Any) -> tuple[Any, float]:
+    """Await ``call`` while a ``STALL_TICK_S`` timer ticks on this loop: the result, and
+    the most any tick fired late (seconds)."""
+    import asyncio
+
+    worst = 0.0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal worst
+        while not done.is_set():
+            started = time.perf_counter()
+            await asyncio.sleep(STALL_TICK_S)
+            worst = max(worst, time.perf_counter() - started - STALL_TICK_S)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(2 * STALL_TICK_S)  # the ticker runs before the call starts
+    try:
+        result = await call
+    finally:
+        done.set()
+        await task
+    return result, worst
+
+
+def stall_part(bench: Bench, rounds: int = STALL_ROUNDS) -> dict[str, Any]:
+    import asyncio
+
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+
+    from langgraph_checkpoint_verified.storage import async_bridge
+
+    saver = VerifiedSaver(storage=bench.storage(bench.bucket("stall", VERIFIED_S3)))
+    states = [big_state(n) for n in range(rounds)]
+    size = len(saver.serde.dumps_typed(states[0])[1])
+
+    async def run() -> dict[str, list[float]]:
+        stalls: dict[str, list[float]] = {"store_loop": [], "caller_loop": []}
+        config: dict[str, Any] = {"configurable": {"thread_id": "stall", "checkpoint_ns": ""}}
+        for n, state in enumerate(states):
+            for how in rotated(tuple(stalls), n):
+                checkpoint = {
+                    **empty_checkpoint(),
+                    "id": str(uuid6(clock_seq=len(stalls[how]) + n)),
+                    "channel_values": {"big": state},
+                    "channel_versions": {"big": f"{n}-{how}"},
+                }
+                args = (config, checkpoint, {"step": n}, {"big": f"{n}-{how}"})
+                if how == "store_loop":
+                    call = saver.aput(*args)
+                else:  # the same core, run on this loop, as the twins ran it before
+                    call = async_bridge.run_core(saver.put, *args)
+                config, stall = await longest_stall(call)
+                stalls[how].append(stall)
+        return stalls
+
+    stalls = asyncio.run(run())
+    return {
+        "rounds": rounds,
+        "state_bytes": size,
+        "tick_ms": 1000 * STALL_TICK_S,
+        **{
+            how: {
+                "p50_ms": 1000 * statistics.median(samples),
+                "max_ms": 1000 * max(samples),
+            }
+            for how, samples in stalls.items()
+        },
+    }
+
+
 # -- the section -------------------------------------------------------------------------
 
 
@@ -443,6 +545,9 @@ def s3_section(settings: Any, workdir: Path) -> dict[str, Any]:
         started = time.perf_counter()
         thread = thread_part(settings, bench)
         thread_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        stall = stall_part(bench)
+        stall_seconds = time.perf_counter() - started
     finally:
         if proxy is not None:
             proxy.stop()
@@ -454,6 +559,7 @@ def s3_section(settings: Any, workdir: Path) -> dict[str, Any]:
             "server": "moto (tests/s3server.py) on 127.0.0.1, through a counting proxy",
             "chat": chat,
             "thread": thread,
-            "seconds": {"chat": chat_seconds, "thread": thread_seconds},
+            "stall": stall,
+            "seconds": {"chat": chat_seconds, "thread": thread_seconds, "stall": stall_seconds},
         }
     }

@@ -56,6 +56,7 @@ import bisect
 import builtins
 import contextlib
 import errno
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -226,7 +227,8 @@ class ObjectStorage(OneRecordPerWrite):
         self._ahead: dict[str, tuple[str, int, int]] = {}
         """checkpoints prefix -> (the oldest name its last read ahead fetched, how many,
         how many since the walk began or began again)."""
-        self._fetchers: ThreadPoolExecutor | None = None
+        self._fetchers: tuple[int, ThreadPoolExecutor] | None = None
+        """(the process id, its threads for the GETs of a read ahead outside an async twin)."""
         self._state_lock = threading.Lock()
 
     # -- requests ------------------------------------------------------------
@@ -277,9 +279,11 @@ class ObjectStorage(OneRecordPerWrite):
             results = await_io(gather())
         else:
             with self._state_lock:
-                if self._fetchers is None:
-                    self._fetchers = ThreadPoolExecutor(LIST_CHAIN_LIMIT, "s3-fetch")
-                fetchers = self._fetchers
+                # a pool's threads do not survive a fork: a child makes its own
+                if self._fetchers is None or self._fetchers[0] != os.getpid():
+                    pool = ThreadPoolExecutor(LIST_CHAIN_LIMIT, "s3-fetch")
+                    self._fetchers = (os.getpid(), pool)
+                fetchers = self._fetchers[1]
             futures = [fetchers.submit(self._get, key) for key in keys]
             results = []
             for future in futures:

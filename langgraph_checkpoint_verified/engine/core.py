@@ -169,39 +169,40 @@ class Engine:
         much (every record its values are kept in) but deserializes no channel
         value and no pending write, as ``list_checkpoints`` does: for summaries.
         """
-        strict = self.strict if strict is None else strict
-        holders = {} if holders is None else holders
-        skipped: list[str] = []
-        saw_any = False
-        for checkpoint_id in self.reader.newest_first(thread_id, checkpoint_ns):
-            saw_any = True
-            try:
-                found = self.load(
-                    thread_id,
-                    checkpoint_ns,
-                    checkpoint_id,
-                    holders,
-                    remember_lists=values,
-                    values=values,
-                )
-            except Unusable as unusable:
-                if strict:
-                    raise CheckpointDamagedError(
-                        thread_id, checkpoint_ns, checkpoint_id, unusable.reason
-                    ) from None
-                skipped.append(checkpoint_id)
-                continue
-            if found is None:
-                continue
-            if skipped:
-                self.reporter.fallback(
-                    f"thread {thread_id!r} namespace {checkpoint_ns!r}: newest checkpoint that "
-                    f"verifies is {checkpoint_id} ({len(skipped)} newer skipped)"
-                )
-            return found
-        if saw_any and skipped:
-            self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
-        return None
+        with self.storage.consistent_reads(keys.thread_prefix(thread_id)):
+            strict = self.strict if strict is None else strict
+            holders = {} if holders is None else holders
+            skipped: list[str] = []
+            saw_any = False
+            for checkpoint_id in self.reader.newest_first(thread_id, checkpoint_ns):
+                saw_any = True
+                try:
+                    found = self.load(
+                        thread_id,
+                        checkpoint_ns,
+                        checkpoint_id,
+                        holders,
+                        remember_lists=values,
+                        values=values,
+                    )
+                except Unusable as unusable:
+                    if strict:
+                        raise CheckpointDamagedError(
+                            thread_id, checkpoint_ns, checkpoint_id, unusable.reason
+                        ) from None
+                    skipped.append(checkpoint_id)
+                    continue
+                if found is None:
+                    continue
+                if skipped:
+                    self.reporter.fallback(
+                        f"thread {thread_id!r} namespace {checkpoint_ns!r}: newest checkpoint that "
+                        f"verifies is {checkpoint_id} ({len(skipped)} newer skipped)"
+                    )
+                return found
+            if saw_any and skipped:
+                self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
+            return None
 
     def checkpoint_or_ancestor(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
@@ -211,52 +212,55 @@ class Engine:
         ``None`` when it never existed, or when no ancestor verifies. In strict
         mode, damage raises ``CheckpointDamagedError`` instead of falling back.
         """
-        holders: dict[str, Any] = {}
-        requested = checkpoint_id
-        visited: set[str] = set()
-        current: str | None = checkpoint_id
-        while current is not None and current not in visited:
-            visited.add(current)
-            try:
-                found = self.load(thread_id, checkpoint_ns, current, holders, remember_lists=True)
-            except Unusable as unusable:
-                if self.strict:
-                    raise CheckpointDamagedError(
-                        thread_id, checkpoint_ns, current, unusable.reason
-                    ) from None
-                current = self._parent_for_fallback(
-                    thread_id, checkpoint_ns, current, unusable.parent
-                )
-                continue
-            if found is None:
-                moved = self.reporter.quarantined_reason(
-                    keys.checkpoint_key(thread_id, checkpoint_ns, current)
-                )
-                if moved is None and current == requested:
-                    return None  # never existed: not damage
-                if self.strict:
-                    raise CheckpointDamagedError(
-                        thread_id,
-                        checkpoint_ns,
-                        current,
-                        f"quarantined: {moved.get('reason')}" if moved else "missing",
+        with self.storage.consistent_reads(keys.thread_prefix(thread_id)):
+            holders: dict[str, Any] = {}
+            requested = checkpoint_id
+            visited: set[str] = set()
+            current: str | None = checkpoint_id
+            while current is not None and current not in visited:
+                visited.add(current)
+                try:
+                    found = self.load(
+                        thread_id, checkpoint_ns, current, holders, remember_lists=True
                     )
-                identity = (moved or {}).get("identity") or {}
-                parent = (
-                    identity.get("parent_checkpoint_id") or None
-                    if identity.get("checkpoint_id") == current
-                    else PARENT_UNKNOWN
-                )
-                current = self._parent_for_fallback(thread_id, checkpoint_ns, current, parent)
-                continue
-            if current != requested:
-                self.reporter.fallback(
-                    f"thread {thread_id!r} namespace {checkpoint_ns!r}: checkpoint {requested} "
-                    f"does not verify; returning its ancestor {current}"
-                )
-            return found
-        self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
-        return None
+                except Unusable as unusable:
+                    if self.strict:
+                        raise CheckpointDamagedError(
+                            thread_id, checkpoint_ns, current, unusable.reason
+                        ) from None
+                    current = self._parent_for_fallback(
+                        thread_id, checkpoint_ns, current, unusable.parent
+                    )
+                    continue
+                if found is None:
+                    moved = self.reporter.quarantined_reason(
+                        keys.checkpoint_key(thread_id, checkpoint_ns, current)
+                    )
+                    if moved is None and current == requested:
+                        return None  # never existed: not damage
+                    if self.strict:
+                        raise CheckpointDamagedError(
+                            thread_id,
+                            checkpoint_ns,
+                            current,
+                            f"quarantined: {moved.get('reason')}" if moved else "missing",
+                        )
+                    identity = (moved or {}).get("identity") or {}
+                    parent = (
+                        identity.get("parent_checkpoint_id") or None
+                        if identity.get("checkpoint_id") == current
+                        else PARENT_UNKNOWN
+                    )
+                    current = self._parent_for_fallback(thread_id, checkpoint_ns, current, parent)
+                    continue
+                if current != requested:
+                    self.reporter.fallback(
+                        f"thread {thread_id!r} namespace {checkpoint_ns!r}: checkpoint {requested} "
+                        f"does not verify; returning its ancestor {current}"
+                    )
+                return found
+            self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
+            return None
 
     def _parent_for_fallback(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, parent: str | None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Hashable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol, runtime_checkable
 
 QUARANTINE_PREFIX = "quarantine"
@@ -87,6 +87,12 @@ class Storage(Protocol):
         """Hold a lock on ``prefix``, shared or exclusive, across processes using the store."""
         ...
 
+    def consistent_reads(self, prefix: str) -> AbstractContextManager[None]:
+        """Within the block, this thread's reads under a thread ``prefix`` see the thread
+        as it was at the first of them (or as this thread's own writes left it): one
+        look at whether anything changed, instead of one per read."""
+        ...
+
     def write_many(
         self, items: Sequence[tuple[str, bytes]], *, replace: bool = True, durable: bool = True
     ) -> builtins.list[bool]:
@@ -157,3 +163,7 @@ class OneRecordPerWrite:
 
     def written_stamp(self, key: str) -> Hashable | None:
         return self.stamp(key)
+
+    def consistent_reads(self, prefix: str) -> AbstractContextManager[None]:
+        """Every read is one request or lookup of its own here: nothing to share."""
+        return nullcontext()

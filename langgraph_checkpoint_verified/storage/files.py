@@ -17,14 +17,14 @@ import socket
 import sys
 import time
 from collections.abc import Hashable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
 
 if sys.platform != "win32":
-    import fcntl
+    pass
 
 from langgraph_checkpoint_verified.storage.base import (
     DIR_MODE,
@@ -32,6 +32,7 @@ from langgraph_checkpoint_verified.storage.base import (
     LOCK_NAME,
     OneRecordPerWrite,
 )
+from langgraph_checkpoint_verified.storage.locks import DirectoryLocks
 
 
 class RecordFileStorage(OneRecordPerWrite):
@@ -65,6 +66,7 @@ class RecordFileStorage(OneRecordPerWrite):
         # finds its directory gone forgets them all and makes it again.
         self._known_dirs: set[str] = set()
         self.ensure_directory(self._root, sync=fsync)
+        self._locks = DirectoryLocks(self._open_lock_file)
 
     # -- writing ---------------------------------------------------------
 
@@ -252,9 +254,11 @@ class RecordFileStorage(OneRecordPerWrite):
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
-    @contextmanager
-    def lock(self, prefix: str, *, exclusive: bool) -> Iterator[None]:
+    def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
         """An advisory ``flock`` on ``<prefix>/.lock``; it needs no cleanup after a crash.
+
+        The lock file stays open, and the threads of this process share its ``flock``
+        (``storage.locks``): a lock taken while another thread holds it costs no call.
 
         ``delete_tree`` renames the directory (lock file included) away, so a lock
         won on a file no longer at its path is let go and taken again on the
@@ -267,28 +271,7 @@ class RecordFileStorage(OneRecordPerWrite):
         write there through this directory's lock anyway.
         """
         directory = self._path(prefix)
-        lock_path = f"{directory}/{LOCK_NAME}"
-        while True:
-            fd = self._open_lock_file(directory, lock_path)
-            if fd is None:
-                break
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-                try:
-                    current = os.stat(lock_path).st_ino
-                except FileNotFoundError:
-                    current = None
-                if current == os.fstat(fd).st_ino:
-                    break
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)  # the directory was deleted while we waited: lock its successor
-        try:
-            yield
-        finally:
-            if fd is not None:
-                os.close(fd)  # closing releases the lock
+        return self._locks.hold(directory, f"{directory}/{LOCK_NAME}", exclusive=exclusive)
 
     def _open_lock_file(self, directory: str, lock_path: str) -> int | None:
         """A descriptor of the lock file (made if missing); ``None`` if there is none

@@ -36,6 +36,7 @@ import itertools
 import os
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
@@ -116,8 +117,9 @@ class _DamagedEntry(NamedTuple):
 class _ThreadLog:
     """One thread's log as this process knows it."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, thread_key: str = "") -> None:
         self.directory = directory
+        self.thread_key = thread_key
         self.path = f"{directory}/{LOG_NAME}"
         self.fd: int | None = None
         self.ino: int | None = None
@@ -139,14 +141,28 @@ class _ThreadLog:
         self.parity = ParityFile(self.path)
         self.healed: set[int] = set()
         """Offsets of the blocks rebuilt from parity so far (each is reported once)."""
+        self.append_fd: int | None = None
+        """Kept open between appends: one ``stat`` under the lock says it is still the log."""
+        self.append_ino: int | None = None
 
     def close(self) -> None:
+        self.close_read()
+        self.close_append()
+
+    def close_read(self) -> None:
+        """Forget the file read so far (it was replaced): its descriptor, its parity's."""
         if self.fd is not None:
             os.close(self.fd)
         self.fd = None
         self.ino = None
         self.parity.close()
         self.healed = set()
+
+    def close_append(self) -> None:
+        if self.append_fd is not None:
+            os.close(self.append_fd)
+        self.append_fd = None
+        self.append_ino = None
 
 
 class FileStorage:
@@ -181,6 +197,16 @@ class FileStorage:
         saver's reporter)."""
         self._logs: OrderedDict[str, _ThreadLog] = OrderedDict()
         self._lock = threading.Lock()
+        self._views = threading.local()
+        """Per thread: the logs inside a ``consistent_reads`` block, and the log object
+        caught up with there (``None`` before the first read)."""
+        _OPEN_STORES.add(self)
+
+    def forget_append_descriptors(self) -> None:
+        """Close the descriptors kept open for appending (a forked child must not share
+        its parent's: a ``flock`` belongs to the open file, which fork shares)."""
+        for log in list(self._logs.values()):
+            log.close_append()
 
     # -- routing ------------------------------------------------------------
 
@@ -196,7 +222,7 @@ class FileStorage:
         with self._lock:
             log = self._logs.get(thread_key)
             if log is None:
-                log = _ThreadLog(self.files.location(thread_key))
+                log = _ThreadLog(self.files.location(thread_key), thread_key)
                 self._logs[thread_key] = log
                 while len(self._logs) > _OPEN_LOGS:
                     _, old = self._logs.popitem(last=False)
@@ -207,17 +233,40 @@ class FileStorage:
 
     # -- keeping the key directory up to date --------------------------------
 
-    def _refresh(self, log: _ThreadLog) -> None:
-        """Bring ``log.index`` up to date with the file (caller holds ``log.lock``)."""
-        try:
-            st = os.stat(log.path)
-        except (FileNotFoundError, NotADirectoryError):
-            if log.ino is not None or not log.built:
-                log.close()
-                self._rebuild(log, None)
+    @contextmanager
+    def consistent_reads(self, prefix: str) -> Iterator[None]:
+        """Within the block, this thread catches up with the log of ``prefix``'s thread
+        once: later reads use the key directory and the file as they were then (an
+        open descriptor keeps a replaced log readable), or as its own appends left them."""
+        thread_key = self._thread_dir_key(prefix)
+        views: dict[str, _ThreadLog | None] = self._views.__dict__.setdefault("logs", {})
+        if thread_key is None or thread_key in views:
+            yield
             return
+        views[thread_key] = None  # no read yet
+        try:
+            yield
+        finally:
+            del views[thread_key]
+
+    def _refresh(self, log: _ThreadLog, st: os.stat_result | None = None) -> None:
+        """Bring ``log.index`` up to date with the file (caller holds ``log.lock``);
+        ``st``: a ``stat`` of the log's path the caller just made."""
+        views: dict[str, _ThreadLog | None] = self._views.__dict__.get("logs", {})
+        if log.thread_key in views:
+            if st is None and views[log.thread_key] is log and log.built:
+                return  # caught up with once in this block already
+            views[log.thread_key] = log
+        if st is None:
+            try:
+                st = os.stat(log.path)
+            except (FileNotFoundError, NotADirectoryError):
+                if log.ino is not None or not log.built:
+                    log.close()
+                    self._rebuild(log, None)
+                return
         if st.st_ino != log.ino:
-            log.close()
+            log.close_read()
             try:
                 log.fd = os.open(log.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
@@ -462,8 +511,7 @@ class FileStorage:
         replace: bool = True,
         durable: bool = True,
     ) -> builtins.list[bool]:
-        with log.lock, self._appending(log) as fd:
-            self._refresh(log)
+        with log.lock, self._appending(log) as (fd, size):
             chosen = [replace or kind != PUT or key not in log.index for kind, key, _ in entries]
             kept = [entry for entry, keep in zip(entries, chosen, strict=True) if keep]
             if not kept:
@@ -471,7 +519,6 @@ class FileStorage:
             payload = [encode_entry(kind, key, data) for kind, key, data in kept]
             appended = b"".join(payload)
             try:
-                size = os.fstat(fd).st_size
                 if size > log.end:
                     # a torn tail: a crashed writer's half entry, cut before appending
                     os.ftruncate(fd, log.end)
@@ -497,42 +544,59 @@ class FileStorage:
             return chosen
 
     @contextmanager
-    def _appending(self, log: _ThreadLog) -> Iterator[int]:
-        """An fd of the current log, held under an exclusive ``flock`` (creates the log)."""
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    def _appending(self, log: _ThreadLog) -> Iterator[tuple[int, int]]:
+        """The log's append descriptor under an exclusive ``flock``, and the file's size,
+        with the key directory read up to it (creates the log; caller holds ``log.lock``).
+
+        The descriptor stays open between appends: under the lock, one ``stat`` of the
+        path says whether it still names that file (a compaction renames a new log
+        over it, a deletion renames the thread away) and how long it is.
+        """
         while True:
-            try:
-                self.files.ensure_directory(log.directory, sync=self.fsync)
-                created = not os.path.exists(log.path)
-                fd = os.open(log.path, flags, FILE_MODE)
-            except OSError as exc:
-                self.files.forget_directories()
-                raise StoreWriteError(log.path, exc) from exc
+            fd = self._append_descriptor(log)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
-                    current = os.stat(log.path).st_ino
+                    st: os.stat_result | None = os.stat(log.path)
                 except FileNotFoundError:
-                    current = None
-                if current == os.fstat(fd).st_ino:
-                    break
+                    st = None
             except OSError as exc:
-                os.close(fd)
+                log.close_append()
                 raise StoreWriteError(log.path, exc) from exc
             except BaseException:
-                os.close(fd)
+                log.close_append()
                 raise
-            os.close(fd)  # compacted or deleted while we waited: append to what is there now
+            if st is not None and st.st_ino == log.append_ino:
+                break
+            log.close_append()  # replaced or deleted since: append to what is there now
         try:
-            if created and self.fsync:
-                try:
-                    # the new log's name must survive a crash as much as what it holds
-                    self.files.sync_directory(log.directory)
-                except OSError as exc:
-                    raise StoreWriteError(log.directory, exc) from exc
-            yield fd
+            self._refresh(log, st)
+            yield fd, st.st_size
         finally:
-            os.close(fd)
+            if log.append_fd == fd:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _append_descriptor(self, log: _ThreadLog) -> int:
+        """``log.append_fd``, opened (and the log created, durably) if it is not open."""
+        if log.append_fd is not None:
+            return log.append_fd
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self.files.ensure_directory(log.directory, sync=self.fsync)
+            created = not os.path.exists(log.path)
+            fd = os.open(log.path, flags, FILE_MODE)
+        except OSError as exc:
+            self.files.forget_directories()
+            raise StoreWriteError(log.path, exc) from exc
+        log.append_fd, log.append_ino = fd, os.fstat(fd).st_ino
+        if created and self.fsync:
+            try:
+                # the new log's name must survive a crash as much as what it holds
+                self.files.sync_directory(log.directory)
+            except OSError as exc:
+                log.close_append()
+                raise StoreWriteError(log.directory, exc) from exc
+        return fd
 
     def read(self, key: str) -> bytes | None:
         thread_key = self._thread_dir_key(key)
@@ -761,6 +825,16 @@ class FileStorage:
         return self.files.stamp(os.path.relpath(where, self.files.location("")))
 
     def written_stamp(self, key: str) -> Hashable | None:
+        """The stamp of the entry this process just appended for ``key``: the key
+        directory has it since the append, so the file is not looked at again."""
+        thread_key = self._thread_dir_key(key)
+        if thread_key is None or thread_key == key:
+            return self.files.stamp(key)
+        log = self._log(thread_key)
+        with log.lock:
+            where = log.index.get(key) if log.built else None
+            if isinstance(where, tuple) and not isinstance(where, _DamagedEntry):
+                return (log.ino, log.opening, where[0])
         return self.stamp(key)
 
     def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
@@ -788,7 +862,6 @@ class FileStorage:
                 self.write_many([(k, d) for k, d in changes.items() if d is not None])
             return
         with log.lock, self._appending(log):
-            self._refresh(log)
             live: list[tuple[int, str, bytes]] = []
             folded: list[str] = []
             for key in log.index.keys_under(thread_key):
@@ -921,6 +994,18 @@ class FileStorage:
 
     def __repr__(self) -> str:
         return f"FileStorage({str(self.root)!r}, fsync={self.fsync})"
+
+
+_OPEN_STORES: weakref.WeakSet[FileStorage] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for storage in list(_OPEN_STORES):
+        storage.forget_append_descriptors()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _apply(log: _ThreadLog, kind: int, key: str, where: tuple[int, int]) -> None:

@@ -34,7 +34,7 @@ from typing import Annotated, Any
 
 import pytest
 from langgraph.graph import END, START, StateGraph
-from logtools import LogView, view_log
+from logtools import LogView, lose_parity, view_log
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import MemoryStorage, VerifiedSaver
@@ -152,6 +152,9 @@ class Store:
         return view_log(data, THREAD_DIR)
 
     def write_log(self, data: bytes) -> None:
+        """Replace the log with ``data``, as a program writing the format by hand would:
+        without the parity, which describes the log it was written with."""
+        lose_parity(self.log_path)
         self.log_path.write_bytes(data)
 
     def append_entry(self, kind: int, key: str, data: bytes = b"") -> None:

@@ -133,7 +133,7 @@ class Engine:
         """Run one synchronous engine operation from async code, off the event loop's back.
 
         One crossing per call (``storage.crossing.run_off_loop``): a worker thread for
-        files and memory, the event loop itself, each request awaited, for S3.
+        files and memory; for S3, the store's own event loop thread, each request awaited.
         """
         return await run_off_loop(self.storage, fn, *args, **kwargs)
 

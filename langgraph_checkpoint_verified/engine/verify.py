@@ -5,10 +5,17 @@ unusable (a checkpoint whose values or parent chain run through it), and
 returns a ``VerifyReport``; with ``repair`` it also moves aside every record
 no read can use any more, after rewriting the checkpoints that still load so
 that they no longer depend on it.
+
+A whole store holds more than threads: the memory items of ``VerifiedStore``
+(``store/``) and the node cache entries of ``VerifiedCache`` (``cache/``).
+Those records stand alone (no record refers to another), so checking one is
+its frame, digests and identity, and repairing one is moving it aside, as a
+read that finds it damaged does; ``verify_records`` does that for them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -88,6 +95,11 @@ class VerifyReport:
     Attributes:
         records_checked: How many records were read and checked.
         checkpoints_checked: How many of those were checkpoints.
+        store_items_checked: How many were memory items of a ``VerifiedStore``
+            (``store/.../<key>.item``), damaged ones included; a whole store's
+            verification checks them, one thread's does not.
+        cache_entries_checked: How many were node cache entries of a
+            ``VerifiedCache`` (``cache/.../<key>.entry``), damaged ones included.
         damaged: Every damaged record, every record that is missing although
             others need it, and every orphaned pending-writes record (its
             checkpoint was quarantined: no read can use it).
@@ -111,6 +123,8 @@ class VerifyReport:
 
     records_checked: int = 0
     checkpoints_checked: int = 0
+    store_items_checked: int = 0
+    cache_entries_checked: int = 0
     damaged: list[Damage] = field(default_factory=list)
     unusable_checkpoints: list[UnusableCheckpoint] = field(default_factory=list)
     repaired: bool = False
@@ -146,6 +160,8 @@ class VerifyReport:
             "ok": self.ok,
             "records_checked": self.records_checked,
             "checkpoints_checked": self.checkpoints_checked,
+            "store_items_checked": self.store_items_checked,
+            "cache_entries_checked": self.cache_entries_checked,
             "damaged": [d.to_dict() for d in self.damaged],
             "unusable_checkpoints": [u.to_dict() for u in self.unusable_checkpoints],
             "repaired": self.repaired,
@@ -164,6 +180,13 @@ ORPHANED = "orphaned: "
 
 Owner = tuple[str, str, str]
 """A checkpoint: (thread_id, checkpoint_ns, checkpoint_id)."""
+
+WHOLE_STORE = "threads"
+"""The prefix ``VerifiedSaver.verify()`` passes for a whole store: then the records
+of the memory store and the node cache are checked too."""
+STANDALONE_PREFIXES = (record_keys.STORE_PREFIX, record_keys.CACHE_PREFIX)
+"""Where the records live that no other record refers to: memory items, their TTL
+refreshes, node cache entries."""
 
 
 @dataclass
@@ -212,13 +235,18 @@ def verify_store(
     reporter: DamageReporter = engine.reporter
     report = VerifyReport(repaired=repair)
     keys = list(storage.walk(prefix))
+    standalone = (
+        [key for where in STANDALONE_PREFIXES for key in storage.walk(where)]
+        if prefix == WHOLE_STORE
+        else []
+    )
     done = 0
 
     def tick() -> None:
         nonlocal done
         done += 1
         if progress is not None:
-            progress(done, len(keys))
+            progress(done, len(keys) + len(standalone))
 
     if isinstance(storage, FileStorage):
         # first, so that what parity heals is written back before records are judged
@@ -235,9 +263,154 @@ def verify_store(
             findings = _repair(engine, prefix, thread, thread_keys, report)
         report.damaged.extend(findings.damaged)
         report.unusable_checkpoints.extend(findings.unusable)
+    _check_standalone(engine.codec, reporter, standalone, report, repair=repair, tick=tick)
     if isinstance(storage, FileStorage):
         _check_damaged_bytes(engine, storage, prefix, report, repair=repair)
     return report
+
+
+def verify_records(
+    storage: Storage,
+    codec: Codec,
+    reporter: DamageReporter,
+    prefixes: tuple[str, ...] = STANDALONE_PREFIXES,
+    *,
+    repair: bool = False,
+    progress: Callable[[int, int], Any] | None = None,
+) -> VerifyReport:
+    """Check the memory items and cache entries under ``prefixes``; see ``VerifiedStore.verify``.
+
+    For a face that has no engine: ``VerifiedStore`` and ``VerifiedCache`` keep
+    their ``storage``, ``codec`` and ``reporter``, which is all it needs. The
+    records are standalone (no record refers to another), so there are no
+    unusable checkpoints to judge: each damaged record is reported and, with
+    ``repair``, moved aside exactly as a read that finds it does.
+
+    Args:
+        storage: Where the records are.
+        codec: Their frame (keyed or not).
+        reporter: Moves damage aside, unless it was made with ``quarantine=False``.
+        prefixes: ``store`` (memory items), ``cache`` (cache entries), or both.
+        repair: Quarantine each damaged record.
+        progress: Called as ``progress(done, total)`` while records are checked.
+
+    Returns:
+        A ``VerifyReport`` naming each damaged record.
+
+    Example:
+        >>> from langgraph_checkpoint_verified.engine.damage import DamageReporter
+        >>> from langgraph_checkpoint_verified.storage import MemoryStorage
+        >>> storage, codec = MemoryStorage(), Codec()
+        >>> storage.write("store/users/prefs.item", b"junk")
+        True
+        >>> report = verify_records(storage, codec, DamageReporter(storage, codec))
+        >>> report.ok, [(d.kind, d.key) for d in report.damaged]
+        (False, [('store_item', 'store/users/prefs.item')])
+    """
+    keys = [key for where in prefixes for key in storage.walk(where)]
+    report = VerifyReport(repaired=repair)
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, len(keys))
+
+    _check_standalone(codec, reporter, keys, report, repair=repair, tick=tick)
+    return report
+
+
+def _check_standalone(
+    codec: Codec,
+    reporter: DamageReporter,
+    keys: list[str],
+    report: VerifyReport,
+    *,
+    repair: bool,
+    tick: Callable[[], None],
+) -> None:
+    """Check memory items, touches and cache entries; with ``repair``, move the damaged aside.
+
+    Nothing is locked: these records are written whole, by an atomic replace or
+    one ``PUT``, and never depend on each other. What is moved is what was read
+    (``DamageReporter`` puts back a record replaced meanwhile), so a put racing
+    the repair is never lost; a record so replaced is reported as it was found.
+    """
+    storage = reporter.storage
+    for key in keys:
+        data = storage.read(key)
+        if data is not None:
+            report.records_checked += 1
+            if key.endswith(record_keys.STORE_ITEM_SUFFIX):
+                report.store_items_checked += 1
+            elif key.endswith(record_keys.CACHE_ENTRY_SUFFIX):
+                report.cache_entries_checked += 1
+            try:
+                _check_standalone_record(codec, key, data)
+            except RecordDamagedError as exc:
+                if repair and reporter.quarantine_enabled and not report.read_only:
+                    damage, refusal = reporter.report_damaged(key, exc, data)
+                    report.read_only = refusal is not None
+                else:
+                    damage = _found_damaged(codec, storage, key, exc, data)
+                report.damaged.append(damage)
+        tick()
+
+
+def _found_damaged(
+    codec: Codec, storage: Storage, key: str, error: RecordDamagedError, data: bytes
+) -> Damage:
+    """The ``Damage`` of a record left in place (what its header still says, if it verifies)."""
+    try:
+        identity: dict[str, str] | None = codec.read_header(data).identity
+    except RecordDamagedError:
+        identity = None
+    return Damage(key, storage.location(key), error.reason, kind_name(key), identity)
+
+
+def _check_standalone_record(codec: Codec, key: str, data: bytes) -> None:
+    """Verify a memory item, touch or cache entry: frame, digests, and that it is where its
+    identity says. Raises ``RecordDamagedError``."""
+    header = codec.read_header(data)
+    expected_key = _standalone_key(header.kind, header.identity)
+    if expected_key != key:
+        raise RecordDamagedError(f"record belongs at {expected_key} (moved, swapped or copied in)")
+    codec.decode(data, header.kind, None)
+
+
+def _standalone_key(kind: RecordKind, identity: dict[str, str]) -> str:
+    """Where a memory item, touch or cache entry with this identity must live."""
+    try:
+        if kind in (RecordKind.STORE_ITEM, RecordKind.STORE_TOUCH):
+            namespace = _labels(identity["store_namespace"])
+            if "store_version" not in identity:  # a read needs it
+                raise KeyError("store_version")
+            where = (
+                record_keys.store_item_key
+                if kind is RecordKind.STORE_ITEM
+                else record_keys.store_touch_key
+            )
+            return where(namespace, identity["store_key"])
+        if kind is RecordKind.CACHE_ENTRY:
+            namespace = _labels(identity["cache_namespace"])
+            return record_keys.cache_entry_key(namespace, identity["cache_key"])
+    except KeyError as exc:
+        raise RecordDamagedError(f"identity lacks {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise RecordDamagedError(f"identity names no place a record can live: {exc}") from None
+    raise RecordDamagedError(
+        f"a {kind.name} record does not belong under {record_keys.STORE_PREFIX}/ "
+        f"or {record_keys.CACHE_PREFIX}/"
+    )
+
+
+def _labels(namespace: str) -> tuple[str, ...]:
+    """A namespace as an identity spells it (a JSON array of strings)."""
+    labels = json.loads(namespace)
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise ValueError(f"namespace {namespace!r:.100} is not a list of strings")
+    return tuple(labels)
 
 
 def _scrub_logs(storage: FileStorage, prefix: str, report: VerifyReport, *, repair: bool) -> None:

@@ -128,6 +128,11 @@ class OpenStripe:
                 done.append(self._copy())
                 self.__init__(self.number + 1)  # type: ignore[misc]
             in_block = self.covered % BLOCK_SIZE
+            whole = min(len(view), STRIPE_SIZE - self.covered) // BLOCK_SIZE
+            if in_block == 0 and whole:
+                self._extend_blocks(view[: whole * BLOCK_SIZE])
+                view = view[whole * BLOCK_SIZE :]
+                continue
             take = min(len(view), BLOCK_SIZE - in_block)
             chunk = view[:take]
             # XOR over just the bytes appended (Python integers: one C loop each way)
@@ -139,6 +144,18 @@ class OpenStripe:
             self.covered += take
             view = view[take:]
         return [*done, self]
+
+    def _extend_blocks(self, blocks: memoryview) -> None:
+        """Take whole blocks, starting at a block boundary within this stripe (a large
+        append): their XOR is folded into the parity once, not block by block."""
+        first = self.covered // BLOCK_SIZE
+        parity = int.from_bytes(self._parity, "little")
+        for number in range(len(blocks) // BLOCK_SIZE):
+            block = blocks[number * BLOCK_SIZE : (number + 1) * BLOCK_SIZE]
+            parity ^= int.from_bytes(block, "little")
+            self.block_crcs[first + number] = zlib.crc32(block)
+        self._parity[:] = parity.to_bytes(BLOCK_SIZE, "little")
+        self.covered += len(blocks)
 
     def _copy(self) -> OpenStripe:
         copy = OpenStripe(self.number)

@@ -37,7 +37,10 @@ from langgraph_checkpoint_verified.records import keys as record_keys
 if TYPE_CHECKING:
     from langgraph_checkpoint_verified.engine import Damage
     from langgraph_checkpoint_verified.saver import VerifiedSaver
+    from langgraph_checkpoint_verified.storage import Storage
 
+STORE, CACHE = record_keys.STORE_PREFIX, record_keys.CACHE_PREFIX
+"""Where ``VerifiedStore`` keeps its memory items and ``VerifiedCache`` its entries."""
 INTERRUPT = "__interrupt__"
 """The channel of the pending writes that hold a thread's interrupts."""
 
@@ -465,12 +468,19 @@ def show(
 
 
 def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> int:
-    """Threads, checkpoints, bytes, compression ratio and quarantined records."""
+    """Threads, checkpoints, bytes, compression ratio, memory items, cache entries, quarantine.
+
+    ``records``, ``bytes`` and the compression ratio are those of the threads;
+    ``store_items`` and ``cache_entries`` count the records of ``VerifiedStore``
+    and ``VerifiedCache`` (expired ones until they are swept), ``store_bytes``
+    (items and their TTL refresh records) and ``cache_bytes`` what they take.
+    """
 
     def body() -> int:
         import zstandard
 
         saver = open_store(store, key_file)
+        storage = saver.storage
         stored = raw = records = 0
         keys = list(saver.storage.walk("threads"))
         with progress("measuring") as bar:
@@ -490,6 +500,10 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
             "bytes": stored,
             "uncompressed_bytes": raw,
             "compression_ratio": round(raw / stored, 3) if stored else None,
+            "store_items": _count(storage, STORE, record_keys.STORE_ITEM_SUFFIX),
+            "store_bytes": storage.usage(STORE),
+            "cache_entries": _count(storage, CACHE, record_keys.CACHE_ENTRY_SUFFIX),
+            "cache_bytes": storage.usage(CACHE),
             "quarantined_records": quarantined_count(saver),
         }
         if as_json:
@@ -503,6 +517,11 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
         return EXIT_OK
 
     return run_guarded(body, store=store)
+
+
+def _count(storage: Storage, prefix: str, suffix: str) -> int:
+    """How many records under ``prefix`` end in ``suffix`` (names only, nothing read)."""
+    return sum(1 for key in storage.walk(prefix) if key.endswith(suffix))
 
 
 def _raw_size(data: bytes, zstandard: Any) -> int:

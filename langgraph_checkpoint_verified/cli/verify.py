@@ -1,5 +1,8 @@
 """``verify`` and ``repair``: check every record of a store, and move damage aside.
 
+Every record: the threads' checkpoints, pending writes and tool records, the
+memory items of ``VerifiedStore`` (``store/``) and the node cache entries of
+``VerifiedCache`` (``cache/``); with ``--thread``, that thread's records only.
 Argparse commands (see ``legacy``): ``run_verify`` and ``run_repair`` take the
 parsed arguments. ``verify`` opens the store with ``quarantine=False`` and moves
 nothing; ``repair`` moves damaged records and checkpoints that can never load to
@@ -183,8 +186,13 @@ def print_report(saver: VerifiedSaver, report: VerifyReport) -> None:
         saver: The store verified, named by its location.
         report: What ``saver.verify`` returned.
     """
+    counted = [f"{report.checkpoints_checked} checkpoints"]
+    if report.store_items_checked:
+        counted.append(f"{report.store_items_checked} memory items")
+    if report.cache_entries_checked:
+        counted.append(f"{report.cache_entries_checked} cache entries")
     print(
-        f"checked {report.records_checked} records ({report.checkpoints_checked} checkpoints) "
+        f"checked {report.records_checked} records ({', '.join(counted)}) "
         f"in {saver.storage.location('')}"
     )
     if report.ok:

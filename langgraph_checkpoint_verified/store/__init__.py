@@ -5,6 +5,6 @@
 are embedded and how vectors are scored.
 """
 
-from langgraph_checkpoint_verified.store.verified_store import VerifiedStore
+from langgraph_checkpoint_verified.store.verified_store import StoredItem, VerifiedStore
 
-__all__ = ["VerifiedStore"]
+__all__ = ["StoredItem", "VerifiedStore"]

@@ -30,7 +30,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -67,11 +67,40 @@ from langgraph_checkpoint_verified.storage.crossing import run_off_loop
 from langgraph_checkpoint_verified.store.filters import matches_filter, namespace_matches
 from langgraph_checkpoint_verified.store.vectors import cosine_scores, tokenized_fields
 
+if TYPE_CHECKING:
+    from langgraph_checkpoint_verified.engine.verify import VerifyReport
+
 T = TypeVar("T")
 
 _CONTENT_VERSION = 1
 _DEFAULT_SWEEP_INTERVAL_MINUTES = 5.0
 _COMPARISONS = ("$gt", "$gte", "$lt", "$lte")
+
+
+@dataclass(frozen=True)
+class StoredItem:
+    """One memory as the store keeps it: what an export holds and an import restores.
+
+    Attributes:
+        namespace: The item's namespace.
+        key: Its key.
+        value: Its value (a dict).
+        created_at: When it was first put (an update keeps it).
+        updated_at: When it was last put.
+        ttl: Its time to live in minutes, as put (``None``: it never expires).
+        expires_at: When it expires, in seconds since the epoch, a refresh on
+            read included (``None``: never).
+        vectors: Its embeddings, by field path (empty without an index).
+    """
+
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    ttl: float | None = None
+    expires_at: float | None = None
+    vectors: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -252,6 +281,106 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
     def stats(self) -> RecoveryStats:
         """Counters of damaged and unreadable records found, and records quarantined."""
         return self.reporter.stats
+
+    def verify(self, *, repair: bool = False) -> VerifyReport:
+        """Check every item and TTL refresh record of the store, and report damage.
+
+        Each record's frame, digests and identity (it must be the record of the
+        key it is stored at) are checked; no value is deserialized. A damaged
+        item is what a read would report and then treat as missing.
+        ``VerifiedSaver.verify()`` on the same directory checks these records
+        too, with the checkpoints and the cache entries.
+
+        Args:
+            repair: Move each damaged record aside (under ``quarantine/``, with
+                its reason), as a read that finds it does; the item then reads
+                as missing, and a later ``verify()`` passes. Nothing is moved
+                when the store was opened with ``quarantine=False``.
+
+        Returns:
+            A ``VerifyReport`` naming each damaged record (kind ``store_item``
+            or ``store_touch``) and where repair moved it.
+
+        Example:
+            >>> store = VerifiedStore.in_memory()
+            >>> store.put(("users",), "ada", {"theme": "dark"})
+            >>> store.storage.records["store/users/ada.item"] = b"junk"
+            >>> [(d.kind, d.key) for d in store.verify().damaged]
+            [('store_item', 'store/users/ada.item')]
+            >>> store.verify(repair=True).damaged[0].quarantined_to is not None
+            True
+            >>> store.verify().ok, store.get(("users",), "ada")
+            (True, None)
+        """
+        from langgraph_checkpoint_verified.engine.verify import verify_records
+
+        self._check_open()
+        return verify_records(
+            self.storage, self.codec, self.reporter, (keys.STORE_PREFIX,), repair=repair
+        )
+
+    def stored_items(self, namespace_prefix: tuple[str, ...] = ()) -> Iterator[StoredItem]:
+        """Every live item under ``namespace_prefix`` as it is kept: times, TTL, expiry, vectors.
+
+        What an export of the store holds. Items come by namespace, then key.
+        Nothing is refreshed; damaged items are reported and left out (and
+        quarantined, unless the store was opened with ``quarantine=False``),
+        expired ones left out.
+
+        Example:
+            >>> store = VerifiedStore.in_memory()
+            >>> store.put(("users", "ada"), "prefs", {"theme": "dark"}, ttl=60)
+            >>> [(i.namespace, i.key, i.value, i.ttl) for i in store.stored_items()]
+            [(('users', 'ada'), 'prefs', {'theme': 'dark'}, 60)]
+        """
+        self._check_open()
+        now = time.time()
+        found = sorted(self._live_under(tuple(namespace_prefix), now), key=_place)
+        for stored in found:
+            yield StoredItem(
+                namespace=stored.namespace,
+                key=stored.key,
+                value=stored.value,
+                created_at=stored.created_at,
+                updated_at=stored.updated_at,
+                ttl=stored.ttl,
+                expires_at=stored.expires_at,
+                vectors=stored.vectors,
+            )
+
+    def restore_items(self, items: Iterable[StoredItem]) -> None:
+        """Write items exactly as given (times, TTL, expiry and vectors kept), as an import does.
+
+        An item already at the same namespace and key is replaced. Unlike
+        ``put``, nothing is embedded and nothing is stamped with the time now,
+        so memories copied from another store (``stored_items``) keep their
+        history, their expiry and their place in similarity searches.
+
+        Example:
+            >>> source, copy = VerifiedStore.in_memory(), VerifiedStore.in_memory()
+            >>> source.put(("users",), "ada", {"theme": "dark"})
+            >>> copy.restore_items(source.stored_items())
+            >>> copy.get(("users",), "ada") == source.get(("users",), "ada")
+            True
+        """
+        self._check_open()
+        records = []
+        for item in items:
+            namespace = _namespace(item.namespace)
+            keys.require_text(item.key, "store key")
+            if not isinstance(item.value, Mapping):
+                raise TypeError(f"a store value is a dict, got {type(item.value).__name__}")
+            content = {
+                "v": _CONTENT_VERSION,
+                "created_at": _micros(item.created_at),
+                "updated_at": _micros(item.updated_at),
+                "ttl": item.ttl,
+                "expires_at": item.expires_at,
+                "value": self.serde.dumps_typed(dict(item.value)),
+                "vectors": {name: [float(x) for x in v] for name, v in item.vectors.items()},
+            }
+            records.append(self._item_record(namespace, item.key, content))
+        self._store_records(records)
 
     # -- BaseStore -----------------------------------------------------------
 
@@ -521,21 +650,29 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
                 "value": self.serde.dumps_typed(dict(op.value)),
                 "vectors": vectors.get(i, {}),
             }
-            version = secrets.token_hex(8)
-            identity = _identity(namespace, op.key) | {"store_version": version}
-            records.append(
-                (item_key, self.codec.encode(RecordKind.STORE_ITEM, identity, _pack(content)))
-            )
-        if records:
-            self.storage.write_many(records)
-            # a touch names the version it extends, so an old one is ignored anyway;
-            # deleting it only frees its space
-            for item_key, _ in records:
-                self.storage.delete(
-                    item_key[: -len(keys.STORE_ITEM_SUFFIX)] + keys.STORE_TOUCH_SUFFIX
-                )
+            records.append(self._item_record(namespace, op.key, content))
+        self._store_records(records)
         for key in deletes:
             self.storage.delete(key)
+
+    def _item_record(
+        self, namespace: tuple[str, ...], key: str, content: dict[str, Any]
+    ) -> tuple[str, bytes]:
+        """The key and bytes of a new version of an item."""
+        identity = _identity(namespace, key) | {"store_version": secrets.token_hex(8)}
+        return (
+            keys.store_item_key(namespace, key),
+            self.codec.encode(RecordKind.STORE_ITEM, identity, _pack(content)),
+        )
+
+    def _store_records(self, records: list[tuple[str, bytes]]) -> None:
+        if not records:
+            return
+        self.storage.write_many(records)
+        # a touch names the version it extends, so an old one is ignored anyway;
+        # deleting it only frees its space
+        for item_key, _ in records:
+            self.storage.delete(item_key[: -len(keys.STORE_ITEM_SUFFIX)] + keys.STORE_TOUCH_SUFFIX)
 
     def _refresh(self, items: list[_Stored], now: float) -> None:
         """Extend the TTL of items just read, with a touch record each (never a rewrite)."""
@@ -677,6 +814,10 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
 
 
 # -- pure helpers --------------------------------------------------------------------
+
+
+def _place(stored: _Stored) -> tuple[tuple[str, ...], str]:
+    return stored.namespace, stored.key
 
 
 def _last_puts(ops: list[Op]) -> dict[int, PutOp]:

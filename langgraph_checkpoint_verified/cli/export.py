@@ -1,15 +1,21 @@
-"""``export`` and ``import``: a portable, versioned JSON-lines copy of threads.
+"""``export`` and ``import``: a portable, versioned JSON-lines copy of threads and memories.
 
-The first line is the header ``{"format": "langgraph-verified-export", "version": 1}``.
+The first line is the header ``{"format": "langgraph-verified-export", "version": 2}``.
 Every other line is one object with a ``"type"`` (``checkpoint``; ``writes``, one
-task's batch of pending writes; ``tool_record``) and a ``"sha256"``: the hex digest of
-the line's canonical JSON (sorted keys, no spaces) without that field. Values are the
-saver's serde output (``{"type": ..., "data": base64}``), so an import restores them
-exactly; pending writes keep their ``task_path`` and indices.
+task's batch of pending writes; ``tool_record``; ``store_item``, one memory of
+``VerifiedStore``) and a ``"sha256"``: the hex digest of the line's canonical JSON
+(sorted keys, no spaces) without that field. Values are the saver's serde output
+(``{"type": ..., "data": base64}``), so an import restores them exactly; pending
+writes keep their ``task_path`` and indices, memories their times, TTL, expiry and
+vectors. Version 1 (no ``store_item`` lines) is read too.
+
+Node cache entries are not exported: a cache holds what its graph can compute
+again, and a missing entry costs one node run, never a wrong answer.
 
 ``import`` refuses a store that already has one of the export's threads (two
-histories would mix in it) unless ``--replace``: each such thread is then deleted
-first, and the export's imported in its place.
+histories would mix in it), or one of its memories, unless ``--replace``: each such
+thread is then deleted first, and the export's is imported in its place; each such
+memory is replaced.
 
 Typer commands, registered by ``app``: ``export`` and ``import_`` (the ``import``
 command) are the commands, their parameters the commands' arguments and options.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -39,11 +46,14 @@ from langgraph_checkpoint_verified.records import keys as record_keys
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_verified.saver import VerifiedSaver
+    from langgraph_checkpoint_verified.store import StoredItem, VerifiedStore
 
 FORMAT = "langgraph-verified-export"
 """The ``format`` of an export's header line."""
-VERSION = 1
-"""The version of the export format this module writes and reads."""
+VERSION = 2
+"""The version of the export format this module writes: 2 added ``store_item`` lines."""
+READABLE_VERSIONS = (1, 2)
+"""The versions this module reads: a version 1 export holds threads only."""
 HEADER = {"format": FORMAT, "version": VERSION}
 """An export's first line."""
 
@@ -173,6 +183,81 @@ def _tool_lines(saver: VerifiedSaver, thread_id: str) -> list[dict[str, Any]]:
     return lines
 
 
+def memory_of(saver: VerifiedSaver, *, quarantine: bool = False) -> VerifiedStore:
+    """The ``VerifiedStore`` on the same records as ``saver``: same storage, same key.
+
+    Args:
+        saver: The opened store.
+        quarantine: Whether damage found while reading is moved aside.
+
+    Returns:
+        The store, reading and writing ``store/`` beside the saver's ``threads/``.
+    """
+    from langgraph_checkpoint_verified.store import VerifiedStore
+
+    return VerifiedStore(storage=saver.storage, key=saver.codec.key, quarantine=quarantine)
+
+
+def memory_lines(saver: VerifiedSaver, memory: VerifiedStore) -> list[dict[str, Any]]:
+    """One line per live memory item, by namespace then key, before it is sealed.
+
+    Args:
+        saver: The opened store; its serde writes the values.
+        memory: Its memory (``memory_of``).
+
+    Returns:
+        ``store_item`` lines: ``namespace``, ``key``, ``value``, ``created_at`` and
+        ``updated_at`` (ISO 8601), ``ttl`` (minutes), ``expires_at`` (seconds since
+        the epoch, a refresh included) and ``vectors``. Damaged and expired items
+        are left out, as reads leave them out.
+    """
+    return [
+        {
+            "type": "store_item",
+            "namespace": list(item.namespace),
+            "key": item.key,
+            "value": _typed(saver, item.value),
+            "created_at": item.created_at.isoformat(),
+            "updated_at": item.updated_at.isoformat(),
+            "ttl": item.ttl,
+            "expires_at": item.expires_at,
+            "vectors": item.vectors,
+        }
+        for item in memory.stored_items()
+    ]
+
+
+def stored_item(line: dict[str, Any]) -> StoredItem:
+    """The memory a ``store_item`` line holds (its value already decoded by ``read_export``).
+
+    Args:
+        line: The line.
+
+    Returns:
+        The item, as ``VerifiedStore.restore_items`` writes it.
+
+    Raises:
+        CommandError: A field is missing or of the wrong type.
+    """
+    from langgraph_checkpoint_verified.store import StoredItem
+
+    try:
+        return StoredItem(
+            namespace=tuple(line["namespace"]),
+            key=line["key"],
+            value=line["value"],
+            created_at=datetime.fromisoformat(line["created_at"]),
+            updated_at=datetime.fromisoformat(line["updated_at"]),
+            ttl=line.get("ttl"),
+            expires_at=line.get("expires_at"),
+            vectors=dict(line.get("vectors") or {}),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CommandError(
+            f"a store_item line is not one ({exc!r}); nothing was imported"
+        ) from None
+
+
 def export(
     store: Store,
     file: Annotated[str, typer.Argument(metavar="FILE", help="where to write ('-': stdout)")],
@@ -181,16 +266,21 @@ def export(
     ] = None,
     key_file: KeyFile = None,
 ) -> int:
-    """Write threads (checkpoints, pending writes, tool records) as checksummed JSON lines."""
+    """Write threads (checkpoints, pending writes, tool records) and memories as JSON lines.
+
+    With ``--thread``, that thread alone (no memories). Cache entries are never
+    exported: they are what the graph computes again.
+    """
 
     def body() -> int:
         saver = open_store(store, key_file)
         thread_ids = (
             [need_thread(saver, thread, store)] if thread else sorted(saver.engine.thread_ids())
         )
+        memories = [] if thread else memory_lines(saver, memory_of(saver))
         lines = [
             json.dumps(HEADER) + "\n",
-            *(_sealed(line) for line in export_lines(saver, thread_ids)),
+            *(_sealed(line) for line in [*export_lines(saver, thread_ids), *memories]),
         ]
         if file == "-":
             import sys
@@ -200,8 +290,9 @@ def export(
         with open(file, "w", encoding="utf-8") as out:
             out.writelines(lines)
         checkpoints = sum(1 for line in lines if '"type": "checkpoint"' in line)
+        items = f" and {len(memories)} memory item(s)" if memories else ""
         typer.echo(
-            f"exported {len(thread_ids)} thread(s), {checkpoints} checkpoint(s) to {file}",
+            f"exported {len(thread_ids)} thread(s), {checkpoints} checkpoint(s){items} to {file}",
             err=True,
         )
         return EXIT_OK
@@ -233,9 +324,10 @@ def read_export(saver: VerifiedSaver, file: str) -> list[dict[str, Any]]:
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise CommandError(f"{file} is not a {FORMAT} file (line 1 is not its header)")
-    if header.get("version") != VERSION:
+    if header.get("version") not in READABLE_VERSIONS:
+        readable = " and ".join(str(version) for version in READABLE_VERSIONS)
         raise CommandError(
-            f"{file} is version {header.get('version')!r}; this version reads {VERSION}"
+            f"{file} is version {header.get('version')!r}; this version reads {readable}"
         )
     lines = []
     for number, raw in enumerate(text[1:], start=2):
@@ -278,24 +370,40 @@ def import_(
 ) -> int:
     """Restore an export into a store (created if missing); every line is checked first.
 
-    A thread the store already has is refused (nothing is imported), unless
-    ``--replace`` is given: then each such thread is deleted (its checkpoints,
-    pending writes and tool records) before the export's is imported.
+    A thread or memory the store already has is refused (nothing is imported),
+    unless ``--replace`` is given: then each such thread is deleted (its
+    checkpoints, pending writes and tool records) before the export's is
+    imported, and each such memory is overwritten by the export's.
     """
 
     def body() -> int:
         if store_exists(store):
             saver = open_store(store, key_file, quarantine=True)
             lines = read_export(saver, file)
+            items = [stored_item(line) for line in lines if line["type"] == "store_item"]
+            memory = memory_of(saver, quarantine=True)
             clashing = sorted(
-                {line["thread_id"] for line in lines} & set(saver.engine.thread_ids())
+                {line["thread_id"] for line in lines if "thread_id" in line}
+                & set(saver.engine.thread_ids())
             )
-            if clashing and not replace:
-                # importing into a thread that exists would mix two histories in it
-                named = ", ".join(repr(thread_id) for thread_id in clashing)
+            taken = [
+                item
+                for item in items
+                if memory.get(item.namespace, item.key, refresh_ttl=False) is not None
+            ]
+            if (clashing or taken) and not replace:
+                # importing into a thread that exists would mix two histories in it, and
+                # a memory the store has may be newer than the export's
+                found = []
+                if clashing:
+                    found.append("thread(s) " + ", ".join(repr(t) for t in clashing))
+                if taken:
+                    named = ", ".join(repr(f"{'.'.join(i.namespace)}/{i.key}") for i in taken[:3])
+                    more = f" and {len(taken) - 3} more" if len(taken) > 3 else ""
+                    found.append(f"memory item(s) {named}{more}")
                 raise CommandError(
-                    f"{store} already has thread(s) {named}; pass --replace to replace them "
-                    f"with the imported ones (nothing was imported)"
+                    f"{store} already has {' and '.join(found)}; pass --replace to replace "
+                    f"them with the imported ones (nothing was imported)"
                 )
             for thread_id in clashing:
                 saver.delete_thread(thread_id)
@@ -304,7 +412,9 @@ def import_(
 
             # every line is checked before the store is made: a refused import leaves nothing
             lines = read_export(VerifiedSaver.in_memory(), file)
+            items = [stored_item(line) for line in lines if line["type"] == "store_item"]
             saver = create_or_open(store, key_file)
+            memory = memory_of(saver, quarantine=True)
         stored: dict[tuple[str, str, str], Any] = {}
         counts = {"checkpoint": 0, "writes": 0, "tool_record": 0}
         with progress("importing") as bar:
@@ -333,10 +443,14 @@ def import_(
                     )
                 counts[kind] = counts.get(kind, 0) + 1
                 bar.advance(task)
-        print(
-            f"imported {counts['checkpoint']} checkpoint(s), {counts['writes']} pending "
-            f"write batch(es) and {counts['tool_record']} tool record(s) into {store}"
-        )
+        memory.restore_items(items)  # one batch: memories stand alone, no order among them
+        done = [
+            f"{counts['checkpoint']} checkpoint(s)",
+            f"{counts['writes']} pending write batch(es)",
+            f"{counts['tool_record']} tool record(s)",
+            *([f"{len(items)} memory item(s)"] if items else []),
+        ]
+        print(f"imported {', '.join(done[:-1])} and {done[-1]} into {store}")
         return EXIT_OK
 
     return run_guarded(body, store=store)

@@ -83,6 +83,7 @@ def test_no_hint_for_a_log_with_damage_in_it(tmp_path):
     fill(VerifiedSaver(root, fsync=False), 1500)
     log = root / "threads/t/log"
     lose_parity(log)  # damage beyond what parity rebuilds
+    (root / "threads/t" / HINT_NAME).unlink()  # and the writer's hint lost too
     with open(log, "r+b") as f:  # junk between two entries, a quarter into the log
         f.seek(log.stat().st_size // 4)
         f.write(b"\0" * 64)

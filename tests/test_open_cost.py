@@ -131,6 +131,7 @@ def test_open_and_load_latest_read_the_marker_then_the_threads_log_once(
     root = tmp_path / "store"
     last = build_store(root, checkpoints, other_threads=50)
     log = log_of(root, "long")
+    (log.parent / HINT_NAME).unlink(missing_ok=True)  # the writer's hint lost: read the log
     counter = ReadCounter(monkeypatch)
 
     saver = VerifiedSaver(root)
@@ -197,6 +198,28 @@ def test_open_and_load_latest_read_the_marker_then_the_threads_log_once(
     records, scans = split_reads(log_reads[1:], log)
     assert scans == []
     assert len(records) <= MAX_RECORDS_FOR_LATEST
+
+
+def test_a_thread_no_process_read_yet_is_opened_from_the_hint_its_writer_left(
+    tmp_path, monkeypatch
+):
+    """The writer knows every key as it appends: it leaves a hint once the log has grown
+    far enough past the last one, so a new process reads the hint and the tail after it
+    (at most ``HINT_AFTER_BYTES`` and twice the hint's size), never the whole log."""
+    root = tmp_path / "store"
+    last = build_store(root, 2_000, other_threads=0)
+    log, hint = log_of(root, "long"), log_of(root, "long").parent / HINT_NAME
+    assert hint.exists()
+    counter = ReadCounter(monkeypatch)
+    latest = VerifiedSaver(root).get_tuple(LONG)
+    _, reads = counter.take()
+    assert latest.config == last
+    records, scans = split_reads(reads, log)
+    scanned = sum(size for _, size in scans)
+    assert scanned <= max(HINT_AFTER_BYTES, 2 * hint.stat().st_size) < log.stat().st_size
+    assert 1 <= len(records) <= MAX_RECORDS_FOR_LATEST
+    read_of_hint = sum(size for path, _, size in reads if path == str(hint))
+    assert read_of_hint < hint.stat().st_size / 2
 
 
 def test_records_read_do_not_grow_with_the_number_of_checkpoints(tmp_path, monkeypatch):

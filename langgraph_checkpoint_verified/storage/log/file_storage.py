@@ -10,10 +10,10 @@ This is Bitcask's design: each process keeps, per thread it touched, a key
 directory (key -> where its latest entry's data lies), built by reading the
 log once and brought up to date by reading only what was appended since
 (another process's appends included). Deleting appends a tombstone. A process
-that read a long log leaves a hint beside it (``log.hint``: every key's
-position, sorted, in blocks with an index, like an SSTable's): the next process
-reads the hint's index, the blocks it needs as it needs them, and the log from
-where the hint ends.
+that read or appended a long stretch of log past its hint leaves a new hint
+beside it (``log.hint``: every key's position, sorted, in blocks with an index,
+like an SSTable's): the next process reads the hint's index, the blocks it
+needs as it needs them, and the log from where the hint ends.
 ``compact`` writes the live entries to a new file, syncs it and renames it
 over the log, so a crash leaves the old log or the new one; readers notice the
 new file by its inode and read it afresh.
@@ -83,9 +83,8 @@ LOG_NAME = "log"
 HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 HINT_AFTER_BYTES = 256 * 1024
-"""A process that read this much of a log to open it leaves a hint for the next one."""
-HINT_EVERY_BYTES = 4 * 1024 * 1024
-"""...and refreshes it once the log has grown this much past it."""
+"""A process that read or appended this much of a log past its hint leaves a new hint for
+the next one (and twice the hint's size, for a long log: see ``_hint_due``)."""
 _OPEN_LOGS = 256
 _OPENINGS = itertools.count(1)
 
@@ -138,6 +137,8 @@ class _ThreadLog:
         """Record files (the layout before logs) whose key the log holds since: key -> path."""
         self.hint_end = 0
         """How much of the log the newest hint this process knows of covers."""
+        self.hint_size = 0
+        """That hint's size."""
         self.parity = ParityFile(self.path)
         self.healed: set[int] = set()
         """Offsets of the blocks rebuilt from parity so far (each is reported once)."""
@@ -285,7 +286,7 @@ class FileStorage:
         log.shadowed = {}
         log.index = KeyDirectory()
         log.end = 0
-        log.hint_end = 0
+        log.hint_end = log.hint_size = 0
         thread_key = os.path.relpath(log.directory, self.files.location(""))
         for key, path in self._record_files(log.directory, thread_key):
             log.index[key] = path
@@ -295,7 +296,7 @@ class FileStorage:
         if not log.index:  # a hint covers the log only: record files are listed above
             self._read_hint(log, fd)
         self._read_tail(log, fd, os.fstat(fd).st_size)
-        if log.end - log.hint_end >= HINT_AFTER_BYTES:
+        if self._hint_due(log):
             self._write_hint(log)
 
     def _read_hint(self, log: _ThreadLog, fd: int) -> None:
@@ -327,6 +328,7 @@ class FileStorage:
             lambda: self._read_whole(log),
         )
         log.end = log.hint_end = index.end
+        log.hint_size = hint_stat.st_size
 
     def _read_whole(self, log: _ThreadLog) -> KeyDirectory:
         """The key directory of the log up to where it was read, from the log alone (a
@@ -336,7 +338,7 @@ class FileStorage:
         assert log.fd is not None
         self._read_tail(scratch, log.fd, log.end)  # leaves a new hint, as any full read
         log.spans = scratch.spans
-        log.hint_end = scratch.hint_end
+        log.hint_end, log.hint_size = scratch.hint_end, scratch.hint_size
         return scratch.index
 
     def _write_hint(self, log: _ThreadLog) -> None:
@@ -365,7 +367,7 @@ class FileStorage:
         except OSError:
             remove_quietly(temp)  # a read-only store, a full disk: no hint, nothing lost
             return
-        log.hint_end = log.end
+        log.hint_end, log.hint_size = log.end, len(data)
 
     def _record_files(self, directory: str, thread_key: str) -> Iterator[tuple[str, str]]:
         """Records stored one file each (the layout before logs), if there are any.
@@ -432,7 +434,7 @@ class FileStorage:
             self._found_damage(log, base, span, data)
             span = next(spans, None)
         log.end = base + end
-        if log.end - log.hint_end >= HINT_EVERY_BYTES:
+        if self._hint_due(log):
             self._write_hint(log)
 
     def _found_damage(self, log: _ThreadLog, base: int, span: DamagedSpan, data: bytes) -> None:
@@ -511,37 +513,63 @@ class FileStorage:
         replace: bool = True,
         durable: bool = True,
     ) -> builtins.list[bool]:
-        with log.lock, self._appending(log) as (fd, size):
-            chosen = [replace or kind != PUT or key not in log.index for kind, key, _ in entries]
-            kept = [entry for entry, keep in zip(entries, chosen, strict=True) if keep]
-            if not kept:
-                return chosen
-            payload = [encode_entry(kind, key, data) for kind, key, data in kept]
-            appended = b"".join(payload)
-            try:
-                if size > log.end:
-                    # a torn tail: a crashed writer's half entry, cut before appending
-                    os.ftruncate(fd, log.end)
-                    log.parity.forget_after(log.end)
-                _write_all(fd, appended)
-                if self.fsync and durable:
-                    os.fdatasync(fd)
-            except OSError as exc:
-                # what was written, if anything, is a torn tail for readers and is
-                # cut off by the next append
-                raise StoreWriteError(log.path, exc) from exc
-            if size < log.end:
-                self._refresh(log)  # the log is shorter than we knew it: read it again
-                return chosen
-            log.parity.protect(fd, log.ino or 0, log.end, appended)
-            # the entries are where we put them: no need to read them back
-            offset = log.end
-            for (kind, key, data), entry in zip(kept, payload, strict=True):
-                data_offset = offset + len(entry) - CHECKSUM_SIZE - len(data)
-                _apply(log, kind, key, (data_offset, len(data)))
-                offset += len(entry)
-            log.end = offset
+        with log.lock:
+            with self._appending(log) as (fd, size):
+                chosen = [
+                    replace or kind != PUT or key not in log.index for kind, key, _ in entries
+                ]
+                kept = [entry for entry, keep in zip(entries, chosen, strict=True) if keep]
+                if kept:
+                    self._append_locked(log, fd, size, kept, durable=durable)
+            if self._hint_due(log):
+                # the writer knows every key already: a process opening the thread next
+                # reads the hint and the tail after it, not the whole log (and this
+                # happens outside the file lock: other writers need not wait for it)
+                self._write_hint(log)
             return chosen
+
+    def _append_locked(
+        self,
+        log: _ThreadLog,
+        fd: int,
+        size: int,
+        kept: list[tuple[int, str, bytes]],
+        *,
+        durable: bool,
+    ) -> None:
+        """Append ``kept`` at the log's end (``size`` bytes long now; caller holds its flock)."""
+        payload = [encode_entry(kind, key, data) for kind, key, data in kept]
+        appended = b"".join(payload)
+        try:
+            if size > log.end:
+                # a torn tail: a crashed writer's half entry, cut before appending
+                os.ftruncate(fd, log.end)
+                log.parity.forget_after(log.end)
+            _write_all(fd, appended)
+            if self.fsync and durable:
+                os.fdatasync(fd)
+        except OSError as exc:
+            # what was written, if anything, is a torn tail for readers and is
+            # cut off by the next append
+            raise StoreWriteError(log.path, exc) from exc
+        if size < log.end:
+            self._refresh(log)  # the log is shorter than we knew it: read it again
+            return
+        log.parity.protect(fd, log.ino or 0, log.end, appended)
+        # the entries are where we put them: no need to read them back
+        offset = log.end
+        for (kind, key, data), entry in zip(kept, payload, strict=True):
+            data_offset = offset + len(entry) - CHECKSUM_SIZE - len(data)
+            _apply(log, kind, key, (data_offset, len(data)))
+            offset += len(entry)
+        log.end = offset
+
+    def _hint_due(self, log: _ThreadLog) -> bool:
+        """Whether the key directory is worth saving again: the log has grown past its
+        hint by ``HINT_AFTER_BYTES`` and by twice the hint's own size, so that rewriting
+        the hint whole costs at most half as many bytes as were appended, and what a
+        process opening the thread scans after the hint stays within that."""
+        return log.end - log.hint_end >= max(HINT_AFTER_BYTES, 2 * log.hint_size)
 
     @contextmanager
     def _appending(self, log: _ThreadLog) -> Iterator[tuple[int, int]]:

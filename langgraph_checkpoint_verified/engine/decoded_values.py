@@ -37,12 +37,12 @@ from pydantic import BaseModel
 
 from langgraph_checkpoint_verified.records.kinds import Typed
 
-DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """Serialized bytes of the parts whose values are kept (or noted as read once).
 
 Deserialized objects take a few times their serialized size (a message of 500
-characters: 0.7 KB serialized, 1.9 KB of Python objects), so this is some 20 to
-40 MB of memory at most, and keeps the newest checkpoints of many long chats."""
+characters: 0.7 KB serialized, 1.9 KB of Python objects), so this is some 10 to
+20 MB of memory at most, and keeps the messages of a chat of a few thousand turns."""
 
 
 class Uncopyable(Exception):

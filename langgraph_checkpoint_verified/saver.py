@@ -772,12 +772,17 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
     ) -> VerifyReport:
         """Check every record of the store (or of one thread) and report damage.
 
+        The whole store is every thread's records, every block of every thread's
+        log against its parity (``report.healed``, ``report.unprotected_bytes``),
+        and the memory store's items and the node cache's entries kept beside them.
+
         Args:
             thread_id: Only this thread; ``None`` for the whole store.
-            repair: Move aside (quarantine) every record no read can use any
-                more: damaged records, the pending writes of a quarantined
-                checkpoint, and checkpoints that can never load, after the
-                checkpoints that still load are rewritten to hold the values
+            repair: Write blocks rebuilt from a log's parity back in place, add the
+                parity a log lacks, and move aside (quarantine) every record no
+                read can use any more: damaged records, the pending writes of a
+                quarantined checkpoint, and checkpoints that can never load, after
+                the checkpoints that still load are rewritten to hold the values
                 they kept in them. Reads return the same before and after; a
                 later ``verify()`` passes, or its report says what is left and
                 what to do (see docs/recovery.md).

@@ -374,12 +374,12 @@ def test_a_lock_won_on_a_deleted_directory_is_taken_again_on_the_new_one(tmp_pat
     """delete_thread renames the thread directory, lock file and all, while a put may be
     waiting on that lock; the waiter must then lock the thread as it is now."""
     from langgraph_checkpoint_verified.records.keys import thread_prefix
-    from langgraph_checkpoint_verified.storage import files
+    from langgraph_checkpoint_verified.storage import files, locks
 
     saver = VerifiedSaver(tmp_path / "s")
     put_chain(saver, "t", 1)
     prefix = thread_prefix("t")
-    real_flock = files.fcntl.flock
+    real_flock = locks.fcntl.flock
     calls = []
 
     def flock_while_the_thread_is_deleted(fd, operation):
@@ -388,11 +388,16 @@ def test_a_lock_won_on_a_deleted_directory_is_taken_again_on_the_new_one(tmp_pat
             saver.storage.delete_tree(prefix)  # what a concurrent delete_thread does
         return real_flock(fd, operation)
 
-    monkeypatch.setattr(files.fcntl, "flock", flock_while_the_thread_is_deleted)
+    monkeypatch.setattr(locks.fcntl, "flock", flock_while_the_thread_is_deleted)
     with saver.storage.lock(prefix, exclusive=False):
         lock_file = tmp_path / "s" / prefix / files.LOCK_NAME
         assert lock_file.exists()  # the new directory's lock, not the deleted one's
-    assert len(calls) == 2
+        probe = os.open(lock_file, os.O_RDONLY)
+        with pytest.raises(BlockingIOError):  # ...and it is held
+            real_flock(probe, locks.fcntl.LOCK_EX | locks.fcntl.LOCK_NB)
+        os.close(probe)
+    # taken on the deleted file, let go, taken on the new one
+    assert [op for op in calls if op != locks.fcntl.LOCK_UN] == [locks.fcntl.LOCK_SH] * 2
     monkeypatch.undo()
     assert saver.get_tuple(generate_config("t")) is None  # the thread is really gone
 

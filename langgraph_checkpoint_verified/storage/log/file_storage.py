@@ -40,9 +40,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
@@ -69,17 +68,22 @@ from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirect
 from langgraph_checkpoint_verified.storage.log.redundancy import (
     PARITY_SUFFIX,
     LogScrub,
-    ParityFile,
     patch,
     rebuilt_blocks,
     scrub,
     write_parity_file,
 )
+from langgraph_checkpoint_verified.storage.log.thread_log import (
+    LOG_NAME,
+    DamagedBytes,
+    DamagedEntry,
+    ThreadLog,
+    apply_entry,
+)
 
 if sys.platform != "win32":
     import fcntl
 
-LOG_NAME = "log"
 HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 HINT_AFTER_BYTES = 256 * 1024
@@ -90,80 +94,6 @@ _OPENINGS = itertools.count(1)
 
 _InLog = tuple[int, int]
 """Where an entry's data lies in the log: (offset, size)."""
-
-
-@dataclass(frozen=True)
-class DamagedBytes:
-    """Bytes in a thread's log that are no intact entry of that thread."""
-
-    location: str
-    """``<log path>@<offset>``."""
-    offset: int
-    reason: str
-    data: bytes
-    claimed_key: str | None
-    span_id: str
-    """Names the bytes for as long as the log file is the same (its inode and the offset)."""
-
-
-class _DamagedEntry(NamedTuple):
-    """What a key reads back as when its latest entry is damaged: the whole stretch."""
-
-    offset: int
-    data: bytes
-
-
-class _ThreadLog:
-    """One thread's log as this process knows it."""
-
-    def __init__(self, directory: str, thread_key: str = "") -> None:
-        self.directory = directory
-        self.thread_key = thread_key
-        self.path = f"{directory}/{LOG_NAME}"
-        self.fd: int | None = None
-        self.ino: int | None = None
-        self.opening = 0
-        """Which opening of the file ``fd`` is, unique in this process: an inode number
-        can be reused once a compacted log's file is gone, an opening never is."""
-        self.end = 0
-        """Where the intact part of the log, as read so far, ends."""
-        self.index = KeyDirectory()
-        """key -> (offset, size) in the log, a path (a record file), or bytes (damage)."""
-        self.lock = threading.RLock()
-        self.built = False
-        self.spans: list[DamagedBytes] = []
-        """Damage between entries that names no record of this thread, as read so far."""
-        self.shadowed: dict[str, str] = {}
-        """Record files (the layout before logs) whose key the log holds since: key -> path."""
-        self.hint_end = 0
-        """How much of the log the newest hint this process knows of covers."""
-        self.hint_size = 0
-        """That hint's size."""
-        self.parity = ParityFile(self.path)
-        self.healed: set[int] = set()
-        """Offsets of the blocks rebuilt from parity so far (each is reported once)."""
-        self.append_fd: int | None = None
-        """Kept open between appends: one ``stat`` under the lock says it is still the log."""
-        self.append_ino: int | None = None
-
-    def close(self) -> None:
-        self.close_read()
-        self.close_append()
-
-    def close_read(self) -> None:
-        """Forget the file read so far (it was replaced): its descriptor, its parity's."""
-        if self.fd is not None:
-            os.close(self.fd)
-        self.fd = None
-        self.ino = None
-        self.parity.close()
-        self.healed = set()
-
-    def close_append(self) -> None:
-        if self.append_fd is not None:
-            os.close(self.append_fd)
-        self.append_fd = None
-        self.append_ino = None
 
 
 class FileStorage:
@@ -196,7 +126,7 @@ class FileStorage:
         """Called as ``(block location, key read)`` for each damaged block of a log
         rebuilt from its parity, once per block and opening of the log (set by the
         saver's reporter)."""
-        self._logs: OrderedDict[str, _ThreadLog] = OrderedDict()
+        self._logs: OrderedDict[str, ThreadLog] = OrderedDict()
         self._lock = threading.Lock()
         self._views = threading.local()
         """Per thread: the logs inside a ``consistent_reads`` block, and the log object
@@ -219,11 +149,11 @@ class FileStorage:
         end = key.find("/", 8)
         return key if end == -1 else key[:end]
 
-    def _log(self, thread_key: str) -> _ThreadLog:
+    def _log(self, thread_key: str) -> ThreadLog:
         with self._lock:
             log = self._logs.get(thread_key)
             if log is None:
-                log = _ThreadLog(self.files.location(thread_key), thread_key)
+                log = ThreadLog(self.files.location(thread_key), thread_key)
                 self._logs[thread_key] = log
                 while len(self._logs) > _OPEN_LOGS:
                     _, old = self._logs.popitem(last=False)
@@ -240,7 +170,7 @@ class FileStorage:
         once: later reads use the key directory and the file as they were then (an
         open descriptor keeps a replaced log readable), or as its own appends left them."""
         thread_key = self._thread_dir_key(prefix)
-        views: dict[str, _ThreadLog | None] = self._views.__dict__.setdefault("logs", {})
+        views: dict[str, ThreadLog | None] = self._views.__dict__.setdefault("logs", {})
         if thread_key is None or thread_key in views:
             yield
             return
@@ -250,10 +180,10 @@ class FileStorage:
         finally:
             del views[thread_key]
 
-    def _refresh(self, log: _ThreadLog, st: os.stat_result | None = None) -> None:
+    def _refresh(self, log: ThreadLog, st: os.stat_result | None = None) -> None:
         """Bring ``log.index`` up to date with the file (caller holds ``log.lock``);
         ``st``: a ``stat`` of the log's path the caller just made."""
-        views: dict[str, _ThreadLog | None] = self._views.__dict__.get("logs", {})
+        views: dict[str, ThreadLog | None] = self._views.__dict__.get("logs", {})
         if log.thread_key in views:
             if st is None and views[log.thread_key] is log and log.built:
                 return  # caught up with once in this block already
@@ -280,7 +210,7 @@ class FileStorage:
         if st.st_size > log.end:
             self._read_tail(log, log.fd, st.st_size)  # type: ignore[arg-type]
 
-    def _rebuild(self, log: _ThreadLog, fd: int | None) -> None:
+    def _rebuild(self, log: ThreadLog, fd: int | None) -> None:
         log.built = True
         log.spans = []
         log.shadowed = {}
@@ -299,7 +229,7 @@ class FileStorage:
         if self._hint_due(log):
             self._write_hint(log)
 
-    def _read_hint(self, log: _ThreadLog, fd: int) -> None:
+    def _read_hint(self, log: ThreadLog, fd: int) -> None:
         """Take the key directory from the log's hint, if it is intact and of this log:
         its index now, its blocks as they are used (``HintedDirectory``)."""
         path = f"{log.directory}/{HINT_NAME}"
@@ -330,10 +260,10 @@ class FileStorage:
         log.end = log.hint_end = index.end
         log.hint_size = hint_stat.st_size
 
-    def _read_whole(self, log: _ThreadLog) -> KeyDirectory:
+    def _read_whole(self, log: ThreadLog) -> KeyDirectory:
         """The key directory of the log up to where it was read, from the log alone (a
         block of its hint did not verify)."""
-        scratch = _ThreadLog(log.directory)
+        scratch = ThreadLog(log.directory)
         scratch.fd, scratch.ino, scratch.built = log.fd, log.ino, True
         assert log.fd is not None
         self._read_tail(scratch, log.fd, log.end)  # leaves a new hint, as any full read
@@ -341,7 +271,7 @@ class FileStorage:
         log.hint_end, log.hint_size = scratch.hint_end, scratch.hint_size
         return scratch.index
 
-    def _write_hint(self, log: _ThreadLog) -> None:
+    def _write_hint(self, log: ThreadLog) -> None:
         """Save the key directory beside the log, so the next process reads less of it.
 
         Only a shortcut: not synced, written whole or not at all (temp file,
@@ -352,7 +282,7 @@ class FileStorage:
             return
         entries = []
         for key, where in log.index.items():
-            if not isinstance(where, tuple) or isinstance(where, _DamagedEntry):
+            if not isinstance(where, tuple) or isinstance(where, DamagedEntry):
                 return
             entries.append((key, where[0], where[1]))
         data = encode_hint(log.ino, log.end, entries)
@@ -395,7 +325,7 @@ class FileStorage:
                     elif not name.startswith("."):
                         yield f"{thread_key}/{rel}/{name}", f"{dirpath}/{name}"
 
-    def _read_tail(self, log: _ThreadLog, fd: int, size: int) -> None:
+    def _read_tail(self, log: ThreadLog, fd: int, size: int) -> None:
         if size <= log.end:
             return
         data = os.pread(fd, size - log.end, log.end)
@@ -429,7 +359,7 @@ class FileStorage:
                     data,
                 )
                 continue
-            _apply(log, entry.kind, entry.key, (base + entry.data_offset, entry.data_size))
+            apply_entry(log, entry.kind, entry.key, (base + entry.data_offset, entry.data_size))
         while span is not None:
             self._found_damage(log, base, span, data)
             span = next(spans, None)
@@ -437,7 +367,7 @@ class FileStorage:
         if self._hint_due(log):
             self._write_hint(log)
 
-    def _found_damage(self, log: _ThreadLog, base: int, span: DamagedSpan, data: bytes) -> None:
+    def _found_damage(self, log: ThreadLog, base: int, span: DamagedSpan, data: bytes) -> None:
         raw = data[span.offset : span.end]
         key = span.key
         thread_key = os.path.relpath(log.directory, self.files.location(""))
@@ -445,7 +375,7 @@ class FileStorage:
             # The entry's frame is broken but it still says whose it is: its key
             # now reads back as the damaged stretch, byte for byte, which does not
             # verify, so the saver reports and quarantines it like any damaged record.
-            log.index[key] = _DamagedEntry(base + span.offset, raw)
+            log.index[key] = DamagedEntry(base + span.offset, raw)
             return
         damaged = DamagedBytes(
             location=f"{log.path}@{base + span.offset}",
@@ -459,7 +389,7 @@ class FileStorage:
         if self.on_damaged_span is not None:
             self.on_damaged_span(damaged.location, damaged.reason, raw, key, damaged.span_id)
 
-    def _healed(self, log: _ThreadLog, blocks: builtins.list[int], key: str | None) -> None:
+    def _healed(self, log: ThreadLog, blocks: builtins.list[int], key: str | None) -> None:
         """Report blocks of ``log`` rebuilt from its parity (each once per opening)."""
         for offset in blocks:
             if offset in log.healed:
@@ -507,7 +437,7 @@ class FileStorage:
 
     def _append(
         self,
-        log: _ThreadLog,
+        log: ThreadLog,
         entries: list[tuple[int, str, bytes]],
         *,
         replace: bool = True,
@@ -530,7 +460,7 @@ class FileStorage:
 
     def _append_locked(
         self,
-        log: _ThreadLog,
+        log: ThreadLog,
         fd: int,
         size: int,
         kept: list[tuple[int, str, bytes]],
@@ -560,11 +490,11 @@ class FileStorage:
         offset = log.end
         for (kind, key, data), entry in zip(kept, payload, strict=True):
             data_offset = offset + len(entry) - CHECKSUM_SIZE - len(data)
-            _apply(log, kind, key, (data_offset, len(data)))
+            apply_entry(log, kind, key, (data_offset, len(data)))
             offset += len(entry)
         log.end = offset
 
-    def _hint_due(self, log: _ThreadLog) -> bool:
+    def _hint_due(self, log: ThreadLog) -> bool:
         """Whether the key directory is worth saving again: the log has grown past its
         hint by ``HINT_AFTER_BYTES`` and by twice the hint's own size, so that rewriting
         the hint whole costs at most half as many bytes as were appended, and what a
@@ -572,7 +502,7 @@ class FileStorage:
         return log.end - log.hint_end >= max(HINT_AFTER_BYTES, 2 * log.hint_size)
 
     @contextmanager
-    def _appending(self, log: _ThreadLog) -> Iterator[tuple[int, int]]:
+    def _appending(self, log: ThreadLog) -> Iterator[tuple[int, int]]:
         """The log's append descriptor under an exclusive ``flock``, and the file's size,
         with the key directory read up to it (creates the log; caller holds ``log.lock``).
 
@@ -604,7 +534,7 @@ class FileStorage:
             if log.append_fd == fd:
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _append_descriptor(self, log: _ThreadLog) -> int:
+    def _append_descriptor(self, log: ThreadLog) -> int:
         """``log.append_fd``, opened (and the log created, durably) if it is not open."""
         if log.append_fd is not None:
             return log.append_fd
@@ -636,7 +566,7 @@ class FileStorage:
             where = log.index.get(key)
             if where is None:
                 return None
-            if isinstance(where, _DamagedEntry):
+            if isinstance(where, DamagedEntry):
                 return where.data
             if isinstance(where, str):
                 return self.files.read(os.path.relpath(where, self.files.location("")))
@@ -644,7 +574,7 @@ class FileStorage:
             assert log.fd is not None
             return self._read_entry(log, key, offset, size)
 
-    def _read_entry(self, log: _ThreadLog, key: str, offset: int, size: int) -> bytes:
+    def _read_entry(self, log: ThreadLog, key: str, offset: int, size: int) -> bytes:
         """The data of ``key``'s entry, whose data lies at ``offset``: checked against the
         entry's checksum, and rebuilt from parity if it fails (caller holds ``log.lock``)."""
         assert log.fd is not None
@@ -692,14 +622,14 @@ class FileStorage:
             return []
         ranges = [(d.offset, d.offset + len(d.data)) for d in scratch.spans]
         for where in scratch.index.values():
-            if isinstance(where, _DamagedEntry):
+            if isinstance(where, DamagedEntry):
                 ranges.append((where.offset, where.offset + len(where.data)))
         return ranges
 
-    def _read_afresh(self, thread_key: str) -> _ThreadLog | None:
+    def _read_afresh(self, thread_key: str) -> ThreadLog | None:
         """A full, silent read of a thread's log (not the key directory, which a hint may
         have filled): what every entry and every damaged stretch in it is, as of now."""
-        scratch = _ThreadLog(self.files.location(thread_key))
+        scratch = ThreadLog(self.files.location(thread_key))
         try:
             scratch.fd = os.open(scratch.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except (FileNotFoundError, NotADirectoryError):
@@ -822,7 +752,7 @@ class FileStorage:
             return True
         raise ValueError(f"cannot move {key} to {new_key}: records move out of threads only")
 
-    def _locate(self, key: str) -> tuple[_ThreadLog, Any] | None:
+    def _locate(self, key: str) -> tuple[ThreadLog, Any] | None:
         """The up-to-date log of the thread ``key`` is in, and where the key is in it;
         ``None`` for a key outside every thread (a plain file)."""
         thread_key = self._thread_dir_key(key)
@@ -835,7 +765,7 @@ class FileStorage:
 
     def location(self, key: str) -> str:
         found = self._locate(key)
-        if found is not None and isinstance(found[1], (tuple, _DamagedEntry)):
+        if found is not None and isinstance(found[1], (tuple, DamagedEntry)):
             return f"{found[0].path}@{found[1][0]} ({key})"
         return self.files.location(key)
 
@@ -846,7 +776,7 @@ class FileStorage:
         log, where = found
         if where is None:
             return None
-        if isinstance(where, _DamagedEntry):
+        if isinstance(where, DamagedEntry):
             return ("damaged", log.ino, log.opening, where.offset)
         if isinstance(where, tuple):
             return (log.ino, log.opening, where[0])
@@ -861,7 +791,7 @@ class FileStorage:
         log = self._log(thread_key)
         with log.lock:
             where = log.index.get(key) if log.built else None
-            if isinstance(where, tuple) and not isinstance(where, _DamagedEntry):
+            if isinstance(where, tuple) and not isinstance(where, DamagedEntry):
                 return (log.ino, log.opening, where[0])
         return self.stamp(key)
 
@@ -899,7 +829,7 @@ class FileStorage:
                 if key in changes:
                     continue  # taken from changes below, or deleted
                 data = self.read(key)
-                if data is None or isinstance(where, _DamagedEntry):
+                if data is None or isinstance(where, DamagedEntry):
                     continue  # damaged: the saver reports and quarantines it, not this
                 live.append((where[0] if isinstance(where, tuple) else -1, key, data))
             live.sort()
@@ -1012,7 +942,7 @@ class FileStorage:
             keys = [prefix] if prefix in log.index else []
             for key in [*keys, *log.index.keys_under(prefix)]:
                 where = log.index[key]
-                if isinstance(where, _DamagedEntry):  # a NamedTuple: before plain tuples
+                if isinstance(where, DamagedEntry):  # a NamedTuple: before plain tuples
                     total += len(where.data)
                 elif isinstance(where, tuple):
                     total += where[1]
@@ -1034,17 +964,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _apply(log: _ThreadLog, kind: int, key: str, where: tuple[int, int]) -> None:
-    """Take an entry of ``kind`` for ``key``, its data at ``where``, into the key directory."""
-    before = log.index.get(key)
-    if isinstance(before, str):
-        log.shadowed[key] = before  # a record file: removed with the key, or by compaction
-    if kind == PUT:
-        log.index[key] = where
-    elif before is not None:
-        del log.index[key]
 
 
 def _write_all(fd: int, data: bytes) -> None:

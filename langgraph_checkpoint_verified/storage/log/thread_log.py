@@ -1,0 +1,104 @@
+"""One thread's log as a process knows it: its files, what was read of it, its key directory.
+
+``FileStorage`` keeps one ``ThreadLog`` per thread it touched (the least recently
+used are closed) and does all the reading and appending; this is the state it
+keeps, and how an entry read or appended changes the key directory.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from langgraph_checkpoint_verified.storage.log.entries import PUT
+from langgraph_checkpoint_verified.storage.log.key_directory import KeyDirectory
+from langgraph_checkpoint_verified.storage.log.redundancy import ParityFile
+
+LOG_NAME = "log"
+
+
+@dataclass(frozen=True)
+class DamagedBytes:
+    """Bytes in a thread's log that are no intact entry of that thread."""
+
+    location: str
+    """``<log path>@<offset>``."""
+    offset: int
+    reason: str
+    data: bytes
+    claimed_key: str | None
+    span_id: str
+    """Names the bytes for as long as the log file is the same (its inode and the offset)."""
+
+
+class DamagedEntry(NamedTuple):
+    """What a key reads back as when its latest entry is damaged: the whole stretch."""
+
+    offset: int
+    data: bytes
+
+
+class ThreadLog:
+    """One thread's log as this process knows it."""
+
+    def __init__(self, directory: str, thread_key: str = "") -> None:
+        self.directory = directory
+        self.thread_key = thread_key
+        self.path = f"{directory}/{LOG_NAME}"
+        self.fd: int | None = None
+        self.ino: int | None = None
+        self.opening = 0
+        """Which opening of the file ``fd`` is, unique in this process: an inode number
+        can be reused once a compacted log's file is gone, an opening never is."""
+        self.end = 0
+        """Where the intact part of the log, as read so far, ends."""
+        self.index = KeyDirectory()
+        """key -> (offset, size) in the log, a path (a record file), or bytes (damage)."""
+        self.lock = threading.RLock()
+        self.built = False
+        self.spans: list[DamagedBytes] = []
+        """Damage between entries that names no record of this thread, as read so far."""
+        self.shadowed: dict[str, str] = {}
+        """Record files (the layout before logs) whose key the log holds since: key -> path."""
+        self.hint_end = 0
+        """How much of the log the newest hint this process knows of covers."""
+        self.hint_size = 0
+        """That hint's size."""
+        self.parity = ParityFile(self.path)
+        self.healed: set[int] = set()
+        """Offsets of the blocks rebuilt from parity so far (each is reported once)."""
+        self.append_fd: int | None = None
+        """Kept open between appends: one ``stat`` under the lock says it is still the log."""
+        self.append_ino: int | None = None
+
+    def close(self) -> None:
+        self.close_read()
+        self.close_append()
+
+    def close_read(self) -> None:
+        """Forget the file read so far (it was replaced): its descriptor, its parity's."""
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = None
+        self.ino = None
+        self.parity.close()
+        self.healed = set()
+
+    def close_append(self) -> None:
+        if self.append_fd is not None:
+            os.close(self.append_fd)
+        self.append_fd = None
+        self.append_ino = None
+
+
+def apply_entry(log: ThreadLog, kind: int, key: str, where: tuple[int, int]) -> None:
+    """Take an entry of ``kind`` for ``key``, its data at ``where``, into the key directory."""
+    before = log.index.get(key)
+    if isinstance(before, str):
+        log.shadowed[key] = before  # a record file: removed with the key, or by compaction
+    if kind == PUT:
+        log.index[key] = where
+    elif before is not None:
+        del log.index[key]

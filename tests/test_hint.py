@@ -17,12 +17,14 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from logtools import lose_parity
 
 from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
+from langgraph_checkpoint_verified.storage.log import file_storage
 from langgraph_checkpoint_verified.storage.log.entries import (
     HINT_MAGIC,
     HINT_VERSION,
     decode_hint_index,
     encode_hint,
     hint_block,
+    scan,
 )
 from langgraph_checkpoint_verified.storage.log.file_storage import HINT_AFTER_BYTES, HINT_NAME
 from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
@@ -256,3 +258,31 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
         assert dict(lazy.items()) == dict(whole.items())
         assert len(lazy) == len(whole)
     assert unread_answers > 300  # most answers came with blocks still unread
+
+
+def test_a_log_with_damage_is_not_hinted_again_at_every_append(tmp_path, monkeypatch):
+    """A log holding damage gets no hint; appends to it must not each try (reading every
+    key of a long log) to write one."""
+    root = tmp_path / "store"
+    fill(VerifiedSaver(root, fsync=False), 1500)
+    log = root / "threads/t/log"
+    lose_parity(log)
+    (root / "threads/t" / HINT_NAME).unlink()
+    last = scan(log.read_bytes())[0][-3]  # a byte flipped in a record near the end
+    with open(log, "r+b") as f:
+        f.seek(last.data_offset + last.data_size // 2)
+        byte = f.read(1)
+        f.seek(last.data_offset + last.data_size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    saver = VerifiedSaver(root, fsync=False, quarantine=False)
+    assert saver.get_tuple(THREAD) is not None
+    encoded = []
+    real = file_storage.encode_hint
+    monkeypatch.setattr(file_storage, "encode_hint", lambda *a: encoded.append(1) or real(*a))
+    items = []
+    monkeypatch.setattr(
+        HintedDirectory, "items", lambda self: items.append(1) or KeyDirectory.items(self)
+    )
+    monkeypatch.setattr(KeyDirectory, "items", lambda self: items.append(1) or dict.items(self))
+    fill(saver, 1500, start=1500)  # far more than HINT_AFTER_BYTES appended
+    assert encoded == [] and items == []

@@ -87,8 +87,9 @@ if sys.platform != "win32":
 HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 HINT_AFTER_BYTES = 256 * 1024
-"""A process that read or appended this much of a log past its hint leaves a new hint for
-the next one (and twice the hint's size, for a long log: see ``_hint_due``)."""
+"""A process that read this much of a log past its hint to open it leaves a new hint for
+the next one; one that appended or caught up with this much, and twice the hint's size
+(a long log's hint is rewritten whole: see ``_hint_due``), likewise."""
 _OPEN_LOGS = 256
 _OPENINGS = itertools.count(1)
 
@@ -213,6 +214,7 @@ class FileStorage:
     def _rebuild(self, log: ThreadLog, fd: int | None) -> None:
         log.built = True
         log.spans = []
+        log.holds_damage = False
         log.shadowed = {}
         log.index = KeyDirectory()
         log.end = 0
@@ -226,7 +228,8 @@ class FileStorage:
         if not log.index:  # a hint covers the log only: record files are listed above
             self._read_hint(log, fd)
         self._read_tail(log, fd, os.fstat(fd).st_size)
-        if self._hint_due(log):
+        if log.end - log.hint_end >= HINT_AFTER_BYTES:
+            # this process read that much to open the thread: the next one need not
             self._write_hint(log)
 
     def _read_hint(self, log: ThreadLog, fd: int) -> None:
@@ -268,6 +271,7 @@ class FileStorage:
         assert log.fd is not None
         self._read_tail(scratch, log.fd, log.end)  # leaves a new hint, as any full read
         log.spans = scratch.spans
+        log.holds_damage = log.holds_damage or scratch.holds_damage
         log.hint_end, log.hint_size = scratch.hint_end, scratch.hint_size
         return scratch.index
 
@@ -278,11 +282,12 @@ class FileStorage:
         rename), and ignored unless it names the current log. A log with damage
         or record files in it gets none: those are found by reading it.
         """
-        if log.spans or log.ino is None:
+        if log.holds_damage or log.ino is None:
             return
         entries = []
         for key, where in log.index.items():
             if not isinstance(where, tuple) or isinstance(where, DamagedEntry):
+                log.hint_end = log.end  # not again before the log has grown as much again
                 return
             entries.append((key, where[0], where[1]))
         data = encode_hint(log.ino, log.end, entries)
@@ -376,6 +381,7 @@ class FileStorage:
             # now reads back as the damaged stretch, byte for byte, which does not
             # verify, so the saver reports and quarantines it like any damaged record.
             log.index[key] = DamagedEntry(base + span.offset, raw)
+            log.holds_damage = True
             return
         damaged = DamagedBytes(
             location=f"{log.path}@{base + span.offset}",
@@ -386,6 +392,7 @@ class FileStorage:
             span_id=f"{log.ino}-{base + span.offset}",
         )
         log.spans.append(damaged)
+        log.holds_damage = True
         if self.on_damaged_span is not None:
             self.on_damaged_span(damaged.location, damaged.reason, raw, key, damaged.span_id)
 
@@ -499,6 +506,8 @@ class FileStorage:
         hint by ``HINT_AFTER_BYTES`` and by twice the hint's own size, so that rewriting
         the hint whole costs at most half as many bytes as were appended, and what a
         process opening the thread scans after the hint stays within that."""
+        if log.holds_damage:
+            return False  # no hint is left for a log with damage: do not try at every append
         return log.end - log.hint_end >= max(HINT_AFTER_BYTES, 2 * log.hint_size)
 
     @contextmanager

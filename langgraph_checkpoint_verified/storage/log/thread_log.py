@@ -60,6 +60,8 @@ class ThreadLog:
         self.built = False
         self.spans: list[DamagedBytes] = []
         """Damage between entries that names no record of this thread, as read so far."""
+        self.holds_damage = False
+        """Whether damage was found in the log as read so far (no hint is left for it)."""
         self.shadowed: dict[str, str] = {}
         """Record files (the layout before logs) whose key the log holds since: key -> path."""
         self.hint_end = 0

@@ -170,3 +170,22 @@ def test_a_forked_child_shares_no_open_lock_or_log_with_its_parent(tmp_path):
 
 if sys.platform == "win32":  # pragma: no cover
     pytestmark = pytest.mark.skip("flock")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_store_no_longer_used_closes_the_files_it_kept_open(tmp_path):
+    """Savers made and dropped (a test suite, a server per request) leave no descriptor
+    behind: each store closes its logs, their parity and its lock files when it goes."""
+    import gc
+
+    gc.collect()
+    before = len(open_descriptors())
+    for n in range(20):
+        saver = VerifiedSaver(tmp_path / f"store-{n}")
+        graph = build_graph(saver)
+        for thread in ("a", "b"):
+            graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": thread}})
+        assert any(is_lock_or_append(fd, tmp_path) for fd in open_descriptors())
+        del saver, graph
+    gc.collect()
+    assert len(open_descriptors()) <= before + 2

@@ -59,6 +59,8 @@ class DirectoryLocks:
         self._files: OrderedDict[str, _LockFile] = OrderedDict()
         self._lock = threading.Lock()
         _ALL.add(self)
+        # gone with its store: the descriptors are not left open for the process's life
+        weakref.finalize(self, _close_all, self._files)
 
     @contextmanager
     def hold(self, directory: str, lock_path: str, *, exclusive: bool) -> Iterator[None]:
@@ -161,11 +163,17 @@ class DirectoryLocks:
 
     def forget_in_child(self) -> None:
         """In a forked child: let go of the parent's open lock files."""
-        files, self._files = self._files, OrderedDict()
         self._lock = threading.Lock()
-        for entry in files.values():
-            with suppress(OSError):
-                os.close(entry.fd)
+        _close_all(self._files)
+
+
+def _close_all(files: OrderedDict[str, _LockFile]) -> None:
+    entries = list(files.values())
+    files.clear()
+    for entry in entries:
+        entry.closed = True
+        with suppress(OSError):
+            os.close(entry.fd)
 
 
 _ALL: weakref.WeakSet[DirectoryLocks] = weakref.WeakSet()

@@ -133,6 +133,8 @@ class FileStorage:
         """Per thread: the logs inside a ``consistent_reads`` block, and the log object
         caught up with there (``None`` before the first read)."""
         _OPEN_STORES.add(self)
+        # gone with the store: its logs' descriptors are not left open for the process's life
+        weakref.finalize(self, _close_logs, self._logs)
 
     def forget_append_descriptors(self) -> None:
         """Close the descriptors kept open for appending (a forked child must not share
@@ -964,6 +966,13 @@ class FileStorage:
 
 
 _OPEN_STORES: weakref.WeakSet[FileStorage] = weakref.WeakSet()
+
+
+def _close_logs(logs: OrderedDict[str, ThreadLog]) -> None:
+    for log in list(logs.values()):
+        with suppress(OSError):
+            log.close()
+    logs.clear()
 
 
 def _after_fork_in_child() -> None:

@@ -37,14 +37,16 @@ from langgraph_checkpoint_verified.storage.log.parity import (
 )
 
 THREAD = {"configurable": {"thread_id": "chat"}}
-STEPS = 60
+STEPS = 30
 
 
 def chat_graph(saver: VerifiedSaver) -> Any:
-    """A chat that adds a ~1 KB message a step: a chain of records, as real chats make."""
+    """A chat that adds a ~6 KB message a step: a chain of records, as real chats make
+    (few steps, so that reading back every checkpoint's messages stays cheap)."""
 
     def reply(state: MessagesState) -> dict:
-        return {"messages": [AIMessage(f"reply {len(state['messages'])} " + "x" * 1000)]}
+        text = random.Random(len(state["messages"])).randbytes(3000).hex()  # compresses little
+        return {"messages": [AIMessage(f"reply {len(state['messages'])} {text}")]}
 
     builder = StateGraph(MessagesState)
     builder.add_node("reply", reply)

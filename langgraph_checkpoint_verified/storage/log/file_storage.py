@@ -589,7 +589,8 @@ class FileStorage:
         """The data of ``key``'s entry, whose data lies at ``offset``: checked against the
         entry's checksum, and rebuilt from parity if it fails (caller holds ``log.lock``)."""
         assert log.fd is not None
-        start = offset - HEADER_SIZE - len(key.encode("utf-8", "surrogatepass"))
+        key_size = len(key) if key.isascii() else len(key.encode("utf-8", "surrogatepass"))
+        start = offset - HEADER_SIZE - key_size
         entry = os.pread(log.fd, offset + size + CHECKSUM_SIZE - start, start)
         if entry_is_intact(entry):
             return entry[offset - start : offset - start + size]

@@ -21,7 +21,15 @@ new file by its inode and read it afresh.
 Appends take an exclusive ``flock`` on the log for the write and its sync, so
 two processes never interleave entries, and whoever appends first cuts off a
 torn tail left by a crash. Readers take no lock: an entry half-written at the
-moment they read is a torn tail to them, not damage.
+moment they read is a torn tail to them, not damage. The append descriptor stays
+open between appends (one ``stat`` under the lock says it is still the log).
+
+Beside each log, ``log.parity`` (``storage.log.parity``, ``storage.log.redundancy``)
+is brought up to date after each append's sync, with no sync of its own. A read
+checks its entry's checksum; an entry that fails it, or damage found by a scan,
+is rebuilt from the parity where one block of its stripe is damaged, served and
+reported (``on_healed``); ``scrub`` finds and, with repair, writes back what is
+rebuilt.
 
 Everything else (the store marker, the quarantine) is a plain file, written
 by ``RecordFileStorage``. A store written as one file per record (the layout before

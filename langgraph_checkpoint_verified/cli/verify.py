@@ -187,8 +187,8 @@ def print_report(saver: VerifiedSaver, report: VerifyReport) -> None:
         report: What ``saver.verify`` returned.
     """
     counted = [f"{report.checkpoints_checked} checkpoints"]
-    if report.store_items_checked:
-        counted.append(f"{report.store_items_checked} memory items")
+    if report.store_records_checked:
+        counted.append(f"{report.store_records_checked} memory records")
     if report.cache_entries_checked:
         counted.append(f"{report.cache_entries_checked} cache entries")
     print(

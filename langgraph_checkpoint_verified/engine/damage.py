@@ -95,6 +95,8 @@ def kind_name(key: str) -> str | None:
         return "tool_intent"
     if key.endswith(".entry"):
         return "cache_entry"
+    if key.endswith(".batch"):
+        return "store_batch"
     if key.endswith(".item"):
         return "store_item"
     if key.endswith(".touch"):

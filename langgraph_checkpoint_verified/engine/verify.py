@@ -95,9 +95,10 @@ class VerifyReport:
     Attributes:
         records_checked: How many records were read and checked.
         checkpoints_checked: How many of those were checkpoints.
-        store_items_checked: How many were memory items of a ``VerifiedStore``
-            (``store/.../<key>.item``), damaged ones included; a whole store's
-            verification checks them, one thread's does not.
+        store_records_checked: How many were records of a ``VerifiedStore``
+            (its batches, ``memories/<label>/<name>.batch``, and items of the
+            older layout under ``store/``), damaged ones included; a whole
+            store's verification checks them, one thread's does not.
         cache_entries_checked: How many were node cache entries of a
             ``VerifiedCache`` (``cache/.../<key>.entry``), damaged ones included.
         damaged: Every damaged record, every record that is missing although
@@ -123,7 +124,7 @@ class VerifyReport:
 
     records_checked: int = 0
     checkpoints_checked: int = 0
-    store_items_checked: int = 0
+    store_records_checked: int = 0
     cache_entries_checked: int = 0
     damaged: list[Damage] = field(default_factory=list)
     unusable_checkpoints: list[UnusableCheckpoint] = field(default_factory=list)
@@ -160,7 +161,7 @@ class VerifyReport:
             "ok": self.ok,
             "records_checked": self.records_checked,
             "checkpoints_checked": self.checkpoints_checked,
-            "store_items_checked": self.store_items_checked,
+            "store_records_checked": self.store_records_checked,
             "cache_entries_checked": self.cache_entries_checked,
             "damaged": [d.to_dict() for d in self.damaged],
             "unusable_checkpoints": [u.to_dict() for u in self.unusable_checkpoints],
@@ -184,9 +185,13 @@ Owner = tuple[str, str, str]
 WHOLE_STORE = "threads"
 """The prefix ``VerifiedSaver.verify()`` passes for a whole store: then the records
 of the memory store and the node cache are checked too."""
-STANDALONE_PREFIXES = (record_keys.STORE_PREFIX, record_keys.CACHE_PREFIX)
-"""Where the records live that no other record refers to: memory items, their TTL
-refreshes, node cache entries."""
+STANDALONE_PREFIXES = (
+    record_keys.MEMORIES_PREFIX,
+    record_keys.STORE_PREFIX,
+    record_keys.CACHE_PREFIX,
+)
+"""Where the records live that no other record refers to: the memory store's batches
+(and items of its older layout), node cache entries."""
 
 
 @dataclass
@@ -250,7 +255,8 @@ def verify_store(
 
     if isinstance(storage, FileStorage):
         # first, so that what parity heals is written back before records are judged
-        _scrub_logs(storage, prefix, report, repair=repair and reporter.quarantine_enabled)
+        for logs in (prefix, record_keys.MEMORIES_PREFIX) if standalone else (prefix,):
+            _scrub_logs(storage, logs, report, repair=repair and reporter.quarantine_enabled)
     quarantined = reporter.quarantined_under(f"{prefix}/")
     for thread, thread_keys in _by_thread(keys):
         scan = _scan(engine, thread_keys, tick)
@@ -290,7 +296,8 @@ def verify_records(
         storage: Where the records are.
         codec: Their frame (keyed or not).
         reporter: Moves damage aside, unless it was made with ``quarantine=False``.
-        prefixes: ``store`` (memory items), ``cache`` (cache entries), or both.
+        prefixes: ``memories`` and ``store`` (the memory store's records), ``cache``
+            (cache entries), or all.
         repair: Quarantine each damaged record.
         progress: Called as ``progress(done, total)`` while records are checked.
 
@@ -301,14 +308,21 @@ def verify_records(
         >>> from langgraph_checkpoint_verified.engine.damage import DamageReporter
         >>> from langgraph_checkpoint_verified.storage import MemoryStorage
         >>> storage, codec = MemoryStorage(), Codec()
-        >>> storage.write("store/users/prefs.item", b"junk")
+        >>> storage.write("memories/users/1764000000000000000-00aa11.batch", b"junk")
         True
         >>> report = verify_records(storage, codec, DamageReporter(storage, codec))
         >>> report.ok, [(d.kind, d.key) for d in report.damaged]
-        (False, [('store_item', 'store/users/prefs.item')])
+        (False, [('store_batch', 'memories/users/1764000000000000000-00aa11.batch')])
     """
-    keys = [key for where in prefixes for key in storage.walk(where)]
     report = VerifyReport(repaired=repair)
+    if isinstance(storage, FileStorage) and record_keys.MEMORIES_PREFIX in prefixes:
+        _scrub_logs(
+            storage,
+            record_keys.MEMORIES_PREFIX,
+            report,
+            repair=repair and reporter.quarantine_enabled,
+        )
+    keys = [key for where in prefixes for key in storage.walk(where)]
     done = 0
 
     def tick() -> None:
@@ -342,8 +356,8 @@ def _check_standalone(
         data = storage.read(key)
         if data is not None:
             report.records_checked += 1
-            if key.endswith(record_keys.STORE_ITEM_SUFFIX):
-                report.store_items_checked += 1
+            if key.endswith((record_keys.BATCH_SUFFIX, record_keys.STORE_ITEM_SUFFIX)):
+                report.store_records_checked += 1
             elif key.endswith(record_keys.CACHE_ENTRY_SUFFIX):
                 report.cache_entries_checked += 1
             try:
@@ -382,6 +396,8 @@ def _check_standalone_record(codec: Codec, key: str, data: bytes) -> None:
 def _standalone_key(kind: RecordKind, identity: dict[str, str]) -> str:
     """Where a memory item, touch or cache entry with this identity must live."""
     try:
+        if kind is RecordKind.STORE_BATCH:
+            return record_keys.batch_key(identity["store_label"], identity["store_batch"])
         if kind in (RecordKind.STORE_ITEM, RecordKind.STORE_TOUCH):
             namespace = _labels(identity["store_namespace"])
             if "store_version" not in identity:  # a read needs it
@@ -400,8 +416,8 @@ def _standalone_key(kind: RecordKind, identity: dict[str, str]) -> str:
     except (TypeError, ValueError) as exc:
         raise RecordDamagedError(f"identity names no place a record can live: {exc}") from None
     raise RecordDamagedError(
-        f"a {kind.name} record does not belong under {record_keys.STORE_PREFIX}/ "
-        f"or {record_keys.CACHE_PREFIX}/"
+        f"a {kind.name} record does not belong under {record_keys.MEMORIES_PREFIX}/, "
+        f"{record_keys.STORE_PREFIX}/ or {record_keys.CACHE_PREFIX}/"
     )
 
 

@@ -82,6 +82,7 @@ class RecordKind(enum.IntEnum):
     CACHE_ENTRY = 7
     STORE_ITEM = 8
     STORE_TOUCH = 9
+    STORE_BATCH = 10
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,8 @@ def cache_entry_key(namespace: tuple[str, ...], key: str) -> str:
 
 
 STORE_PREFIX = "store"
-"""Where ``VerifiedStore`` keeps its items, beside ``threads/`` and ``cache/``."""
+"""Where ``VerifiedStore`` kept its items one record each before ``memories/``; a store
+opened on such a directory moves them into its logs (``store.legacy``)."""
 STORE_ITEM_SUFFIX = ".item"
 STORE_TOUCH_SUFFIX = ".touch"
 
@@ -255,6 +256,31 @@ def store_touch_key(namespace: tuple[str, ...], key: str) -> str:
         'store/users/prefs.touch'
     """
     return f"{store_namespace_prefix(namespace)}/{encode_segment(key)}{STORE_TOUCH_SUFFIX}"
+
+
+MEMORIES_PREFIX = "memories"
+"""Where ``VerifiedStore`` keeps its items: one log of batches per first namespace label."""
+BATCH_SUFFIX = ".batch"
+
+
+def memories_prefix(label: str) -> str:
+    """The log of the namespaces whose first label is ``label``.
+
+    Example:
+        >>> memories_prefix("users")
+        'memories/users'
+    """
+    return f"{MEMORIES_PREFIX}/{encode_segment(label)}"
+
+
+def batch_key(label: str, name: str) -> str:
+    """Where the batch ``name`` of the namespaces under ``label`` lives.
+
+    Example:
+        >>> batch_key("users", "1764000000000000000-3f2a1c")
+        'memories/users/1764000000000000000-3f2a1c.batch'
+    """
+    return f"{memories_prefix(label)}/{name}{BATCH_SUFFIX}"
 
 
 def checkpoint_id_of(name: str) -> str | None:

@@ -1,16 +1,18 @@
 """``VerifiedStore``: LangGraph's long-term memory store (``BaseStore``) on verified records.
 
-Each item is one record (kind ``STORE_ITEM``) at
-``store/<namespace labels>/<key>.item``: its namespace, key and version in the
-checksummed identity; its value (serialized by the store's ``serde``), its
-times, its TTL and its embedding vectors in the zstd payload. A TTL refreshed
-by a read is a second, small record (kind ``STORE_TOUCH``,
-``<key>.touch``) naming the version it extends, so a read never rewrites an
-item and can never put back a value another process has just replaced.
+The items of every namespace whose first label is ``<label>`` live in one log,
+``memories/<label>/`` (``store.logs``): each ``batch`` call's changes to them
+are one record (``store.batches``) holding the new versions (value serialized
+by the store's ``serde``, times, TTL, embedding vectors), the deletions and
+the TTL refreshes, so a ``put`` is one append and one sync on a file store,
+whose logs heal a damaged block from their parity. A process keeps the newest
+version of each item in memory, built from the batches that verify and brought
+up to date from the ones written since, so a ``get`` costs a dictionary look-up
+and a search reads only its first label's items.
 
-A read verifies the frame and the identity before it deserializes anything;
-damage is reported, counted and quarantined by a ``DamageReporter``, exactly as
-the saver and the cache do, and the item reads as missing.
+A batch that does not verify is reported, counted and quarantined by a
+``DamageReporter``, exactly as the saver and the cache do, and each item it
+changed reads as its newest earlier version that verifies, or as missing.
 
 This is a face over ``storage``, ``records`` and the engine's damage reporting
 and sweeper; it does not use the saver, so a graph can have a store without a
@@ -21,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
+import heapq
+import logging
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -54,27 +56,35 @@ from langgraph.store.base import (
 from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
 from langgraph_checkpoint_verified.engine.opening import open_records
 from langgraph_checkpoint_verified.engine.sweeper import Sweeper
-from langgraph_checkpoint_verified.errors import RecordDamagedError, VerifiedSaverError
-from langgraph_checkpoint_verified.records import keys
-from langgraph_checkpoint_verified.records.format import (
-    DEFAULT_COMPRESSION_LEVEL,
-    RecordKind,
-    pack,
-    unpack,
+from langgraph_checkpoint_verified.errors import (
+    RecordDamagedError,
+    StoreWriteError,
+    VerifiedSaverError,
 )
+from langgraph_checkpoint_verified.records import keys
+from langgraph_checkpoint_verified.records.format import DEFAULT_COMPRESSION_LEVEL
 from langgraph_checkpoint_verified.storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified.storage.crossing import run_off_loop
+from langgraph_checkpoint_verified.store.batches import (
+    Batch,
+    ItemVersion,
+    Touch,
+    vector_bytes,
+    vector_floats,
+)
 from langgraph_checkpoint_verified.store.filters import matches_filter, namespace_matches
-from langgraph_checkpoint_verified.store.vectors import cosine_scores, tokenized_fields
+from langgraph_checkpoint_verified.store.legacy import move_into_logs
+from langgraph_checkpoint_verified.store.logs import ItemKey, MemoryLogs
+from langgraph_checkpoint_verified.store.vectors import VectorTable, tokenized_fields
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_verified.engine.verify import VerifyReport
 
 T = TypeVar("T")
 
-_CONTENT_VERSION = 1
+logger = logging.getLogger("langgraph_checkpoint_verified")
+
 _DEFAULT_SWEEP_INTERVAL_MINUTES = 5.0
-_COMPARISONS = ("$gt", "$gte", "$lt", "$lte")
 
 
 @dataclass(frozen=True)
@@ -103,40 +113,6 @@ class StoredItem:
     vectors: dict[str, list[float]] = field(default_factory=dict)
 
 
-@dataclass
-class _Stored:
-    """One verified, live item as read: what a result is made of."""
-
-    namespace: tuple[str, ...]
-    key: str
-    version: str
-    value: dict[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    ttl: float | None
-    expires_at: float | None
-    vectors: dict[str, list[float]] = field(default_factory=dict)
-
-    def item(self) -> Item:
-        return Item(
-            value=self.value,
-            key=self.key,
-            namespace=self.namespace,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-        )
-
-    def search_item(self, score: float | None = None) -> SearchItem:
-        return SearchItem(
-            namespace=self.namespace,
-            key=self.key,
-            value=self.value,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            score=score,
-        )
-
-
 class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManager):
     """LangGraph's long-term memory store, kept as verified records.
 
@@ -144,14 +120,15 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
     ``get_store()`` or an ``InjectedStore`` argument, and it takes the place of
     ``InMemoryStore``, ``SqliteStore`` or ``PostgresStore``. It can share its
     directory (or bucket) with a ``VerifiedSaver`` and a ``VerifiedCache``: its
-    items live under ``store/``, beside ``threads/`` and ``cache/``, and share
+    items live under ``memories/``, beside ``threads/`` and ``cache/``, and share
     the store marker and the quarantine.
 
-    Every item read is verified (checksums or, with ``key``, MACs, and that the
-    item is the one asked for, not a copy of another) before its value is
-    deserialized. A damaged item is never returned: it reads as missing (only
-    the newest version of an item is kept), and it is reported, counted in
-    ``stats`` and moved under ``quarantine/``.
+    Every batch of changes is verified (checksums or, with ``key``, MACs, and
+    that the record is the batch its name says, not a copy of another) before
+    anything in it is used. A damaged batch is never used: it is reported,
+    counted in ``stats`` and moved under ``quarantine/``, and every item it
+    changed reads as its newest earlier version that verifies (kept until the
+    label's log is compacted), or as missing.
 
     Operations of one ``batch`` see the store as it was before the batch: reads
     (get, search, list_namespaces) run first, then the puts, of which the last
@@ -242,6 +219,13 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
             quarantine=quarantine,
         )
         self.serde: SerializerProtocol = serde if serde is not None else JsonPlusSerializer()
+        self.logs = MemoryLogs(self.storage, self.codec, self.reporter)
+        self._tables: dict[str, tuple[int, VectorTable]] = {}
+        try:
+            move_into_logs(self.logs)
+        except (StoreWriteError, OSError) as exc:
+            # a read-only store of the older layout: its items stay where they are
+            logger.warning("could not move the items under store/ into memories/: %s", exc)
         self._sweeper: Sweeper | None = None
         self._sweeper_done: concurrent.futures.Future[None] | None = None
         self._closed = False
@@ -304,20 +288,29 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         Example:
             >>> store = VerifiedStore.in_memory()
             >>> store.put(("users",), "ada", {"theme": "dark"})
-            >>> store.storage.records["store/users/ada.item"] = b"junk"
-            >>> [(d.kind, d.key) for d in store.verify().damaged]
-            [('store_item', 'store/users/ada.item')]
+            >>> [batch] = store.storage.walk("memories")
+            >>> store.storage.records[batch] = b"junk"
+            >>> [d.kind for d in store.verify().damaged]
+            ['store_batch']
             >>> store.verify(repair=True).damaged[0].quarantined_to is not None
             True
-            >>> store.verify().ok, store.get(("users",), "ada")
+            >>> store.verify().ok, VerifiedStore(storage=store.storage).get(("users",), "ada")
             (True, None)
         """
         from langgraph_checkpoint_verified.engine.verify import verify_records
 
         self._check_open()
-        return verify_records(
-            self.storage, self.codec, self.reporter, (keys.STORE_PREFIX,), repair=repair
-        )
+        with self.logs.lock:
+            report = verify_records(
+                self.storage,
+                self.codec,
+                self.reporter,
+                (keys.MEMORIES_PREFIX, keys.STORE_PREFIX),
+                repair=repair,
+            )
+            if repair:
+                self.logs.forget()  # what was moved aside no longer counts
+            return report
 
     def stored_items(self, namespace_prefix: tuple[str, ...] = ()) -> Iterator[StoredItem]:
         """Every live item under ``namespace_prefix`` as it is kept: times, TTL, expiry, vectors.
@@ -335,17 +328,21 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         """
         self._check_open()
         now = time.time()
-        found = sorted(self._live_under(tuple(namespace_prefix), now), key=_place)
-        for stored in found:
+        with self.logs.lock:
+            found = sorted(
+                self._live_under(tuple(namespace_prefix), now),
+                key=lambda item: (item.namespace, item.key),
+            )
+        for item in found:
             yield StoredItem(
-                namespace=stored.namespace,
-                key=stored.key,
-                value=stored.value,
-                created_at=stored.created_at,
-                updated_at=stored.updated_at,
-                ttl=stored.ttl,
-                expires_at=stored.expires_at,
-                vectors=stored.vectors,
+                namespace=item.namespace,
+                key=item.key,
+                value=self._value(item),
+                created_at=_time(item.created_at),
+                updated_at=_time(item.updated_at),
+                ttl=item.ttl,
+                expires_at=item.expires_at,
+                vectors={path: vector_floats(v) for path, v in item.vectors.items()},
             )
 
     def restore_items(self, items: Iterable[StoredItem]) -> None:
@@ -364,23 +361,30 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
             True
         """
         self._check_open()
-        records = []
+        batches: dict[str, Batch] = {}
         for item in items:
             namespace = _namespace(item.namespace)
+            if not namespace:
+                raise InvalidNamespaceError("a store namespace has at least one label")
             keys.require_text(item.key, "store key")
             if not isinstance(item.value, Mapping):
                 raise TypeError(f"a store value is a dict, got {type(item.value).__name__}")
-            content = {
-                "v": _CONTENT_VERSION,
-                "created_at": _micros(item.created_at),
-                "updated_at": _micros(item.updated_at),
-                "ttl": item.ttl,
-                "expires_at": item.expires_at,
-                "value": self.serde.dumps_typed(dict(item.value)),
-                "vectors": {name: [float(x) for x in v] for name, v in item.vectors.items()},
-            }
-            records.append(self._item_record(namespace, item.key, content))
-        self._store_records(records)
+            batches.setdefault(namespace[0], Batch()).puts.append(
+                ItemVersion(
+                    namespace=namespace,
+                    key=item.key,
+                    version="",
+                    created_at=_micros(item.created_at),
+                    updated_at=_micros(item.updated_at),
+                    ttl=item.ttl,
+                    expires_at=item.expires_at,
+                    value=self.serde.dumps_typed(dict(item.value)),
+                    vectors={path: vector_bytes(v) for path, v in item.vectors.items()},
+                )
+            )
+        with self.logs.lock:
+            for label, batch in batches.items():
+                self.logs.write(label, batch)
 
     # -- BaseStore -----------------------------------------------------------
 
@@ -445,22 +449,9 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         self._check_open()
         now = time.time()
         deleted = 0
-        for record_key in list(self.storage.walk(keys.STORE_PREFIX)):
-            if record_key.endswith(keys.STORE_TOUCH_SUFFIX):
-                item_key = record_key[: -len(keys.STORE_TOUCH_SUFFIX)] + keys.STORE_ITEM_SUFFIX
-                if self.storage.read(item_key) is None:
-                    self.storage.delete(record_key)  # its item is gone: nothing to extend
-                continue
-            if not record_key.endswith(keys.STORE_ITEM_SUFFIX):
-                continue
-            stored = self._read_at(record_key, None, now, live_only=False)
-            if stored is not None and _expired(stored.expires_at, now):
-                # Another process may put the item again between our read and this
-                # delete; that put is then lost, as it would be to a sweep that ran
-                # a moment later. A put of a never-expiring item is not exposed.
-                self.storage.delete(record_key)
-                self.storage.delete(keys.store_touch_key(stored.namespace, stored.key))
-                deleted += 1
+        with self.logs.lock:
+            for label in self.logs.labels():
+                deleted += self.logs.delete_expired(label, now)
         return deleted
 
     async def asweep_ttl(self) -> int:
@@ -600,203 +591,166 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
             )
         now = time.time()
         results: list[Result] = []
-        touched: dict[tuple[tuple[str, ...], str], _Stored] = {}
-        for op in ops:
-            if isinstance(op, GetOp):
-                stored = self._read(op.namespace, op.key, now)
-                if stored is not None and op.refresh_ttl:
-                    touched[(stored.namespace, stored.key)] = stored
-                results.append(stored.item() if stored is not None else None)
-            elif isinstance(op, SearchOp):
-                found = self._search(op, query_vectors.get(op.query or ""), now)
-                if op.refresh_ttl:
-                    for stored, _ in found:
-                        touched[(stored.namespace, stored.key)] = stored
-                results.append([stored.search_item(score) for stored, score in found])
-            elif isinstance(op, ListNamespacesOp):
-                results.append(self._list_namespaces(op, now))
-            else:
-                results.append(None)
-        by_put: dict[int, dict[str, list[float]]] = {}
-        for (_, (i, name)), vector in zip(texts, vectors, strict=True):
-            by_put.setdefault(i, {})[name] = [float(x) for x in vector]
-        # refreshed before the puts: a put of the same item then deletes the touch
-        self._refresh([s for s in touched.values() if s.ttl is not None], now)
-        self._write(_last_puts(ops), by_put, now)
+        touched: dict[ItemKey, ItemVersion] = {}
+        with self.logs.lock:
+            for op in ops:
+                if isinstance(op, GetOp):
+                    found = self._live(tuple(op.namespace), op.key, now)
+                    if found is not None and op.refresh_ttl:
+                        touched[(found.namespace, found.key)] = found
+                    results.append(self._item(found) if found is not None else None)
+                elif isinstance(op, SearchOp):
+                    page = self._search(op, query_vectors.get(op.query or ""), now)
+                    if op.refresh_ttl:
+                        for item, _ in page:
+                            touched[(item.namespace, item.key)] = item
+                    results.append([self._search_item(item, score) for item, score in page])
+                elif isinstance(op, ListNamespacesOp):
+                    results.append(self._list_namespaces(op, now))
+                else:
+                    results.append(None)
+            by_put: dict[int, dict[str, list[float]]] = {}
+            for (_, (i, name)), vector in zip(texts, vectors, strict=True):
+                by_put.setdefault(i, {})[name] = [float(x) for x in vector]
+            # refreshed before the puts: a put of the same item makes a new version,
+            # which the refresh does not name
+            self._refresh([item for item in touched.values() if item.ttl is not None], now)
+            self._write(_last_puts(ops), by_put, now)
         return results
+
+    def _item(self, item: ItemVersion) -> Item:
+        return Item(
+            value=self._value(item),
+            key=item.key,
+            namespace=item.namespace,
+            created_at=_time(item.created_at),
+            updated_at=_time(item.updated_at),
+        )
+
+    def _search_item(self, item: ItemVersion, score: float | None) -> SearchItem:
+        return SearchItem(
+            namespace=item.namespace,
+            key=item.key,
+            value=self._value(item),
+            created_at=_time(item.created_at),
+            updated_at=_time(item.updated_at),
+            score=score,
+        )
 
     def _write(
         self, puts: dict[int, PutOp], vectors: dict[int, dict[str, list[float]]], now: float
     ) -> None:
-        records: list[tuple[str, bytes]] = []
-        deletes: list[str] = []
+        batches: dict[str, Batch] = {}
         for i, op in puts.items():
             namespace = tuple(op.namespace)
-            item_key = keys.store_item_key(namespace, op.key)
+            batch = batches.setdefault(namespace[0], Batch())
             if op.value is None:
-                deletes.extend((item_key, keys.store_touch_key(namespace, op.key)))
+                batch.deletes.append((namespace, op.key))
                 continue
             # created_at survives an update, as in LangGraph's SQL stores; an item
             # that expired or was damaged starts again
-            before = self._read(namespace, op.key, now)
-            created = _micros(before.created_at) if before is not None else _now_micros(now)
-            content = {
-                "v": _CONTENT_VERSION,
-                "created_at": created,
-                "updated_at": _now_micros(now),
-                "ttl": op.ttl,
-                # absolute, so a process that reads the item later needs no other clock
-                "expires_at": None if op.ttl is None else now + op.ttl * 60,
-                "value": self.serde.dumps_typed(dict(op.value)),
-                "vectors": vectors.get(i, {}),
-            }
-            records.append(self._item_record(namespace, op.key, content))
-        self._store_records(records)
-        for key in deletes:
-            self.storage.delete(key)
-
-    def _item_record(
-        self, namespace: tuple[str, ...], key: str, content: dict[str, Any]
-    ) -> tuple[str, bytes]:
-        """The key and bytes of a new version of an item."""
-        identity = _identity(namespace, key) | {"store_version": secrets.token_hex(8)}
-        return (
-            keys.store_item_key(namespace, key),
-            self.codec.encode(RecordKind.STORE_ITEM, identity, _pack(content)),
-        )
-
-    def _store_records(self, records: list[tuple[str, bytes]]) -> None:
-        if not records:
-            return
-        self.storage.write_many(records)
-        # a touch names the version it extends, so an old one is ignored anyway;
-        # deleting it only frees its space
-        for item_key, _ in records:
-            self.storage.delete(item_key[: -len(keys.STORE_ITEM_SUFFIX)] + keys.STORE_TOUCH_SUFFIX)
-
-    def _refresh(self, items: list[_Stored], now: float) -> None:
-        """Extend the TTL of items just read, with a touch record each (never a rewrite)."""
-        records = []
-        for stored in items:
-            assert stored.ttl is not None
-            identity = _identity(stored.namespace, stored.key) | {"store_version": stored.version}
-            content = pack({"v": _CONTENT_VERSION, "expires_at": now + stored.ttl * 60})
-            records.append(
-                (
-                    keys.store_touch_key(stored.namespace, stored.key),
-                    self.codec.encode(RecordKind.STORE_TOUCH, identity, content),
+            before = self._live(namespace, op.key, now)
+            batch.puts.append(
+                ItemVersion(
+                    namespace=namespace,
+                    key=op.key,
+                    version="",  # named when written
+                    created_at=before.created_at if before is not None else _now_micros(now),
+                    updated_at=_now_micros(now),
+                    ttl=op.ttl,
+                    # absolute, so a process that reads the item later needs no other clock
+                    expires_at=None if op.ttl is None else now + op.ttl * 60,
+                    value=self.serde.dumps_typed(dict(op.value)),
+                    vectors={name: vector_bytes(v) for name, v in vectors.get(i, {}).items()},
                 )
             )
-        if records:
+        for label, batch in batches.items():
+            self.logs.write(label, batch)
+
+    def _refresh(self, items: list[ItemVersion], now: float) -> None:
+        """Extend the TTL of items just read, with a touch naming their version (never a
+        rewrite: a value another process has just replaced is never put back)."""
+        batches: dict[str, Batch] = {}
+        for item in items:
+            assert item.ttl is not None
+            batches.setdefault(item.namespace[0], Batch()).touches.append(
+                Touch(item.namespace, item.key, item.version, now + item.ttl * 60)
+            )
+        for label, batch in batches.items():
             # losing a refresh to a crash costs an earlier expiry, never a wrong value
-            self.storage.write_many(records, durable=False)
+            self.logs.write(label, batch, durable=False)
 
     # -- inside: reading ----------------------------------------------------------
 
-    def _read(self, namespace: tuple[str, ...], key: str, now: float) -> _Stored | None:
-        namespace = tuple(namespace)
-        return self._read_at(
-            keys.store_item_key(namespace, key), _identity(namespace, key), now, live_only=True
-        )
+    def _live(self, namespace: tuple[str, ...], key: str, now: float) -> ItemVersion | None:
+        """The item's newest version that verifies, unless it is expired (or deleted)."""
+        item = self.logs.current(namespace[0]).items.get((tuple(namespace), key))
+        if item is None or item.expired(now):
+            return None
+        return item
 
-    def _read_at(
-        self,
-        record_key: str,
-        identity: dict[str, str] | None,
-        now: float,
-        *,
-        live_only: bool,
-    ) -> _Stored | None:
-        """The verified item at ``record_key``, or ``None`` (missing, damaged, or expired)."""
-        try:
-            data = self.storage.read(record_key)
-        except OSError as exc:
-            self.reporter.unreadable(record_key, exc)
-            return None
-        if data is None:
-            return None
-        try:
-            # the identity check is what rejects an item copied or renamed here
-            # from another key: its bytes verify, but they say whose they are
-            header, content = self.codec.decode_with_header(data, RecordKind.STORE_ITEM, identity)
-            stored = _unpack_item(header.identity, content)
-            if keys.store_item_key(stored.namespace, stored.key) != record_key:
-                raise RecordDamagedError(
-                    f"the record names item {stored.key!r} of {stored.namespace!r}, "
-                    f"which lives elsewhere"
-                )
-            stored.value = self.serde.loads_typed(stored.value)  # type: ignore[arg-type]
-            if not isinstance(stored.value, dict):
-                raise RecordDamagedError("store item value is not a dict")
-        except RecordDamagedError as exc:
-            self.reporter.damaged(record_key, exc, data)
-            return None
-        if stored.ttl is not None:
-            stored.expires_at = self._touched_expiry(stored)
-        if live_only and _expired(stored.expires_at, now):
-            return None
-        return stored
+    def _labels_under(self, namespace_prefix: tuple[str, ...]) -> list[str]:
+        """The labels whose logs a search of ``namespace_prefix`` reads."""
+        return [namespace_prefix[0]] if namespace_prefix else self.logs.labels()
 
-    def _touched_expiry(self, stored: _Stored) -> float | None:
-        """The item's expiry, extended by its touch record if that names this version."""
-        touch_key = keys.store_touch_key(stored.namespace, stored.key)
-        try:
-            data = self.storage.read(touch_key)
-        except OSError as exc:
-            self.reporter.unreadable(touch_key, exc)
-            return stored.expires_at
-        if data is None:
-            return stored.expires_at
-        try:
-            header, content = self.codec.decode_with_header(
-                data, RecordKind.STORE_TOUCH, _identity(stored.namespace, stored.key)
-            )
-            body = unpack(content)
-            if not isinstance(body, dict) or not _is_number(body.get("expires_at")):
-                raise RecordDamagedError("store touch has an unexpected shape")
-        except RecordDamagedError as exc:
-            # a damaged refresh costs the item its extension, never its value
-            self.reporter.damaged(touch_key, exc, data)
-            return stored.expires_at
-        if header.identity.get("store_version") != stored.version:
-            return stored.expires_at  # it extended a version since replaced
-        touched = float(body["expires_at"])
-        return touched if stored.expires_at is None else max(stored.expires_at, touched)
+    def _live_under(self, namespace_prefix: tuple[str, ...], now: float) -> Iterator[ItemVersion]:
+        """Live items under ``namespace_prefix``, newest first, then by namespace and key."""
+        labels = self._labels_under(namespace_prefix)
+        each = [self.logs.current(label).newest_first(namespace_prefix) for label in labels]
+        merged = each[0] if len(each) == 1 else heapq.merge(*each, key=_newest_first)
+        for item in merged:
+            if not item.expired(now):
+                yield item
 
-    def _live_under(self, namespace_prefix: tuple[str, ...], now: float) -> Iterator[_Stored]:
-        prefix = keys.store_namespace_prefix(tuple(namespace_prefix))
-        for record_key in self.storage.walk(prefix):
-            if record_key.endswith(keys.STORE_ITEM_SUFFIX):
-                stored = self._read_at(record_key, None, now, live_only=True)
-                if stored is not None:
-                    yield stored
+    def _value(self, item: ItemVersion) -> dict[str, Any]:
+        """A fresh copy of the item's value, deserialized: callers may change it."""
+        value = self.serde.loads_typed(item.value)
+        if not isinstance(value, dict):
+            raise RecordDamagedError(f"store item {item.key!r} of {item.namespace!r} is not a dict")
+        return value
+
+    def _filter_view(self, item: ItemVersion) -> dict[str, Any]:
+        """The item's value as filters see it (deserialized once, never handed out)."""
+        if item.decoded is None:
+            item.decoded = self._value(item)
+        return item.decoded
 
     def _search(
         self, op: SearchOp, query_vector: list[float] | None, now: float
-    ) -> list[tuple[_Stored, float | None]]:
+    ) -> list[tuple[ItemVersion, float | None]]:
+        prefix = tuple(op.namespace_prefix)
+        wanted = op.offset + op.limit
+        if not (op.query and query_vector is not None):
+            # newest first: only as many items as the page needs are looked at
+            page: list[tuple[ItemVersion, float | None]] = []
+            for item in self._live_under(prefix, now):
+                if not op.filter or matches_filter(self._filter_view(item), op.filter):
+                    page.append((item, None))
+                    if len(page) >= wanted:
+                        break
+            return page[op.offset : wanted]
         found = [
-            stored
-            for stored in self._live_under(op.namespace_prefix, now)
-            if not op.filter or matches_filter(stored.value, op.filter)
+            item
+            for item in self._live_under(prefix, now)
+            if not op.filter or matches_filter(self._filter_view(item), op.filter)
         ]
-        # newest first, then by place: a stable order whatever the backend lists
-        found.sort(key=lambda s: (s.namespace, s.key))
-        found.sort(key=lambda s: s.updated_at, reverse=True)
-        ranked: list[tuple[_Stored, float | None]]
-        if op.query and query_vector is not None:
-            scored = [
-                (s, max(cosine_scores(query_vector, list(s.vectors.values()))))
-                for s in found
-                if s.vectors
-            ]
-            scored.sort(key=lambda pair: pair[1], reverse=True)
-            ranked = [*scored, *((s, None) for s in found if not s.vectors)]
-        else:
-            ranked = [(s, None) for s in found]
-        return ranked[op.offset : op.offset + op.limit]
+        scores: dict[ItemKey, float] = {}
+        for label in self._labels_under(prefix):
+            state = self.logs.current(label)
+            table = self._tables.get(label)
+            if table is None or table[0] != state.changes:
+                table = self._tables[label] = (state.changes, VectorTable(state.items.values()))
+            scores.update(table[1].best_scores(query_vector))
+        scored = [(s, scores[(s.namespace, s.key)]) for s in found if s.vectors]
+        scored.sort(key=lambda pair: pair[1], reverse=True)
+        ranked: list[tuple[ItemVersion, float | None]] = [
+            *scored,
+            *((s, None) for s in found if not s.vectors),
+        ]
+        return ranked[op.offset : wanted]
 
     def _list_namespaces(self, op: ListNamespacesOp, now: float) -> list[tuple[str, ...]]:
-        namespaces = {stored.namespace for stored in self._live_under((), now)}
+        namespaces = {item.namespace for item in self._live_under((), now)}
         conditions = op.match_conditions or ()
         matching = [ns for ns in namespaces if all(namespace_matches(c, ns) for c in conditions)]
         if op.max_depth is not None:
@@ -816,8 +770,8 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
 # -- pure helpers --------------------------------------------------------------------
 
 
-def _place(stored: _Stored) -> tuple[tuple[str, ...], str]:
-    return stored.namespace, stored.key
+def _newest_first(item: ItemVersion) -> tuple[int, tuple[str, ...], str]:
+    return -item.updated_at, item.namespace, item.key
 
 
 def _last_puts(ops: list[Op]) -> dict[int, PutOp]:
@@ -875,14 +829,6 @@ def _namespace(namespace: Any) -> tuple[str, ...]:
     return tuple(keys.require_text(part, "store namespace label") for part in namespace)
 
 
-def _identity(namespace: tuple[str, ...], key: str) -> dict[str, str]:
-    return {
-        # a JSON array keeps ("a,b",) and ("a", "b") apart, as the path does
-        "store_namespace": json.dumps(list(namespace), ensure_ascii=False, separators=(",", ":")),
-        "store_key": key,
-    }
-
-
 def _now_micros(now: float) -> int:
     return round(now * 1_000_000)
 
@@ -895,60 +841,5 @@ def _time(micros: int) -> datetime:
     return datetime.fromtimestamp(micros / 1_000_000, timezone.utc)
 
 
-def _expired(expires_at: float | None, now: float) -> bool:
-    return expires_at is not None and now >= expires_at
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _pack(content: dict[str, Any]) -> bytes:
-    type_, blob = content["value"]
-    return pack({**content, "value": [type_, blob]})
-
-
-def _unpack_item(identity: Mapping[str, str], content: bytes) -> _Stored:
-    """The item in verified content (its value still serialized); a surprise is damage."""
-    body = unpack(content)
-    if not isinstance(body, dict) or body.get("v") != _CONTENT_VERSION:
-        raise RecordDamagedError("store item has an unexpected shape or version")
-    try:
-        namespace = json.loads(identity["store_namespace"])
-        key, version = identity["store_key"], identity["store_version"]
-    except (KeyError, ValueError):
-        raise RecordDamagedError("store item identity is incomplete") from None
-    if not isinstance(namespace, list) or not all(isinstance(p, str) for p in namespace):
-        raise RecordDamagedError("store item namespace is not a list of strings")
-    created, updated = body.get("created_at"), body.get("updated_at")
-    ttl, expires_at, value = body.get("ttl"), body.get("expires_at"), body.get("value")
-    vectors = body.get("vectors")
-    if not isinstance(created, int) or not isinstance(updated, int):
-        raise RecordDamagedError("store item times are not integers")
-    if (ttl is not None and not _is_number(ttl)) or (
-        expires_at is not None and not _is_number(expires_at)
-    ):
-        raise RecordDamagedError("store item expiry is not a number")
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not isinstance(value[0], str)
-        or not isinstance(value[1], bytes)
-    ):
-        raise RecordDamagedError("store item value is not a (type, bytes) pair")
-    if not isinstance(vectors, dict) or not all(
-        isinstance(name, str) and isinstance(v, list) and all(_is_number(x) for x in v)
-        for name, v in vectors.items()
-    ):
-        raise RecordDamagedError("store item vectors are not lists of numbers")
-    return _Stored(
-        namespace=tuple(namespace),
-        key=key,
-        version=version,
-        value=(value[0], value[1]),  # type: ignore[arg-type]  # deserialized by the caller
-        created_at=_time(created),
-        updated_at=_time(updated),
-        ttl=ttl,
-        expires_at=expires_at,
-        vectors=vectors,
-    )

@@ -92,6 +92,8 @@ from langgraph_checkpoint_verified.storage.log.thread_log import (
 if sys.platform != "win32":
     import fcntl
 
+LOG_PARENTS = ("threads", "memories")
+"""Each directory under these is one log: a thread's, or the memory store's of one label."""
 HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 HINT_AFTER_BYTES = 256 * 1024
@@ -154,10 +156,14 @@ class FileStorage:
 
     @staticmethod
     def _thread_dir_key(key: str) -> str | None:
-        """``threads/<T>`` for a key inside a thread (or the thread itself), else ``None``."""
-        if not key.startswith("threads/"):
+        """The log a key is in: ``threads/<T>`` for a key inside a thread (or the thread
+        itself), ``memories/<L>`` for one of the memory store's labels; else ``None``."""
+        if key.startswith("threads/"):
+            end = key.find("/", 8)
+        elif key.startswith("memories/"):
+            end = key.find("/", 9)
+        else:
             return None
-        end = key.find("/", 8)
         return key if end == -1 else key[:end]
 
     def _log(self, thread_key: str) -> ThreadLog:
@@ -623,11 +629,11 @@ class FileStorage:
     def damaged_bytes(self, prefix: str) -> builtins.list[DamagedBytes]:
         """Damage between entries, in the logs of the threads under ``prefix``, that names
         no record a read could ask for (see the module docstring); compaction drops it."""
-        if prefix == "threads":
+        if prefix in LOG_PARENTS:
             return [
                 d
-                for name in self.files.list("threads")
-                for d in self.damaged_bytes(f"threads/{name}")
+                for name in self.files.list(prefix)
+                for d in self.damaged_bytes(f"{prefix}/{name}")
             ]
         thread_key = self._thread_dir_key(prefix)
         if thread_key is None:
@@ -677,9 +683,9 @@ class FileStorage:
             return log.index.greatest_name_under(prefix)
 
     def walk(self, prefix: str) -> Iterator[str]:
-        if prefix == "threads":
-            for name in sorted(self.files.list("threads")):
-                yield from self.walk(f"threads/{name}")
+        if prefix in LOG_PARENTS:
+            for name in sorted(self.files.list(prefix)):
+                yield from self.walk(f"{prefix}/{name}")
             return
         thread_key = self._thread_dir_key(prefix)
         if thread_key is None:
@@ -898,11 +904,11 @@ class FileStorage:
         written before parity existed, a lost or damaged record) is written, where the
         log's entries verify over those bytes.
         """
-        if prefix == "threads":
+        if prefix in LOG_PARENTS:
             return [
                 found
-                for name in sorted(self.files.list("threads"))
-                for found in self.scrub(f"threads/{name}", repair=repair)
+                for name in sorted(self.files.list(prefix))
+                for found in self.scrub(f"{prefix}/{name}", repair=repair)
             ]
         thread_key = self._thread_dir_key(prefix)
         if thread_key is None:

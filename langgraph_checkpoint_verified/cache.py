@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
@@ -38,6 +40,10 @@ from langgraph_checkpoint_verified.storage import MemoryStorage, Storage
 from langgraph_checkpoint_verified.storage.crossing import run_off_loop
 
 T = TypeVar("T")
+
+_VERIFIED_ENTRIES = 4096
+_VERIFIED_BYTES = 4 * 1024 * 1024
+"""Most entries, and serialized bytes, of verified entries a cache keeps to serve again."""
 
 _CONTENT_VERSION = 1
 
@@ -126,6 +132,12 @@ class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncCont
             quarantine=quarantine,
         )
         self._closed = False
+        self._verified: OrderedDict[str, tuple[Any, float | None, tuple[str, bytes]]] = (
+            OrderedDict()
+        )
+        """Entries verified by this process: record key -> (stamp, expiry, value)."""
+        self._verified_bytes = 0
+        self._verified_lock = threading.Lock()
 
     @classmethod
     def in_memory(cls, **kwargs: Any) -> VerifiedCache[Any]:
@@ -271,23 +283,36 @@ class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncCont
     # -- inside ---------------------------------------------------------------
 
     def _read_entry(self, namespace: Any, key: Any, now: float) -> tuple[str, bytes] | None:
-        """The serialized value of one entry, or ``None`` for a miss of any cause."""
+        """The serialized value of one entry, or ``None`` for a miss of any cause.
+
+        An entry this process verified is served again while the store's stamp of
+        its record is unchanged (a ``stat``, no read): the record is written whole
+        and replaced atomically, so the same stamp is the same bytes.
+        """
         record_key, identity = _entry(namespace, key)
         try:
-            data = self.storage.read(record_key)
+            stamp = self.storage.stamp(record_key)
+            known = self._verified.get(record_key)
+            if known is not None and stamp is not None and known[0] == stamp:
+                expires_at, typed = known[1], known[2]
+            else:
+                data = self.storage.read(record_key)
         except OSError as exc:
             self.reporter.unreadable(record_key, exc)
             return None
-        if data is None:
-            return None
-        try:
-            # the identity check is what rejects an entry copied or renamed here
-            # from another key: its bytes verify, but they say whose they are
-            content = self.codec.decode(data, RecordKind.CACHE_ENTRY, identity)
-            expires_at, typed = _unpack_entry(content)
-        except RecordDamagedError as exc:
-            self.reporter.damaged(record_key, exc, data)
-            return None
+        if known is None or stamp is None or known[0] != stamp:
+            if data is None:
+                return None
+            try:
+                # the identity check is what rejects an entry copied or renamed here
+                # from another key: its bytes verify, but they say whose they are
+                content = self.codec.decode(data, RecordKind.CACHE_ENTRY, identity)
+                expires_at, typed = _unpack_entry(content)
+            except RecordDamagedError as exc:
+                self.reporter.damaged(record_key, exc, data)
+                return None
+            if stamp is not None:
+                self._remember(record_key, (stamp, expires_at, typed))
         if expires_at is not None and now >= expires_at:
             # Lazily, as InMemoryCache does. Another process may have rewritten the
             # entry since our read; deleting its fresh copy costs one miss, never a
@@ -295,6 +320,21 @@ class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncCont
             self.storage.delete(record_key)
             return None
         return typed
+
+    def _remember(
+        self, record_key: str, entry: tuple[Any, float | None, tuple[str, bytes]]
+    ) -> None:
+        with self._verified_lock:
+            old = self._verified.pop(record_key, None)
+            if old is not None:
+                self._verified_bytes -= len(old[2][1])
+            self._verified[record_key] = entry
+            self._verified_bytes += len(entry[2][1])
+            while self._verified and (
+                self._verified_bytes > _VERIFIED_BYTES or len(self._verified) > _VERIFIED_ENTRIES
+            ):
+                _, dropped = self._verified.popitem(last=False)
+                self._verified_bytes -= len(dropped[2][1])
 
     async def _run_async(self, fn: Callable[..., T], *args: Any) -> T:
         return await run_off_loop(self.storage, fn, *args)

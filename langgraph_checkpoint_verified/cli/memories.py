@@ -159,11 +159,11 @@ def open_memories(
     """
     from langgraph_checkpoint_verified.engine.marker import STORE_MARKER_KEY
     from langgraph_checkpoint_verified.errors import StoreKeyError
-    from langgraph_checkpoint_verified.records.keys import STORE_PREFIX
+    from langgraph_checkpoint_verified.records.keys import MEMORIES_PREFIX, STORE_PREFIX
     from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
     from langgraph_checkpoint_verified.store import VerifiedStore
 
-    known = {STORE_PREFIX, "threads", "cache", QUARANTINE_PREFIX, STORE_MARKER_KEY}
+    known = {MEMORIES_PREFIX, STORE_PREFIX, "threads", "cache", QUARANTINE_PREFIX, STORE_MARKER_KEY}
     if is_object_store(store):
         where: Any = object_storage(store)
         # one LIST first: a mistyped bucket or prefix is an error, not an empty store
@@ -178,7 +178,9 @@ def open_memories(
             raise CommandError(f"{store} is not a store: a store is a directory")
         names = {child.name for child in where.iterdir()}
     if not names & known:
-        raise CommandError(f"{store} is not a store: it has neither {STORE_PREFIX}/ nor threads/")
+        raise CommandError(
+            f"{store} is not a store: it has neither {MEMORIES_PREFIX}/ nor threads/"
+        )
     index = {"dims": 0, "embed": embedding(embed)} if embed is not None else None
     try:
         return VerifiedStore(

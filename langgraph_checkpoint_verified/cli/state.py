@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from langgraph_checkpoint_verified.saver import VerifiedSaver
     from langgraph_checkpoint_verified.storage import Storage
 
-STORE, CACHE = record_keys.STORE_PREFIX, record_keys.CACHE_PREFIX
-"""Where ``VerifiedStore`` keeps its memory items and ``VerifiedCache`` its entries."""
+MEMORIES, CACHE = record_keys.MEMORIES_PREFIX, record_keys.CACHE_PREFIX
+"""Where ``VerifiedStore`` keeps its memories (batches of items) and ``VerifiedCache`` its
+entries."""
 INTERRUPT = "__interrupt__"
 """The channel of the pending writes that hold a thread's interrupts."""
 
@@ -471,9 +472,10 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
     """Threads, checkpoints, bytes, compression ratio, memory items, cache entries, quarantine.
 
     ``records``, ``bytes`` and the compression ratio are those of the threads;
-    ``store_items`` and ``cache_entries`` count the records of ``VerifiedStore``
-    and ``VerifiedCache`` (expired ones until they are swept), ``store_bytes``
-    (items and their TTL refresh records) and ``cache_bytes`` what they take.
+    ``store_batches`` counts the records of ``VerifiedStore`` (batches of item
+    changes, until its logs are compacted) and ``cache_entries`` those of
+    ``VerifiedCache`` (expired ones until they are swept); ``store_bytes`` (the
+    memories' logs, parity included) and ``cache_bytes`` what they take.
     """
 
     def body() -> int:
@@ -500,8 +502,8 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
             "bytes": stored,
             "uncompressed_bytes": raw,
             "compression_ratio": round(raw / stored, 3) if stored else None,
-            "store_items": _count(storage, STORE, record_keys.STORE_ITEM_SUFFIX),
-            "store_bytes": storage.usage(STORE),
+            "store_batches": _count(storage, MEMORIES, record_keys.BATCH_SUFFIX),
+            "store_bytes": storage.usage(MEMORIES),
             "cache_entries": _count(storage, CACHE, record_keys.CACHE_ENTRY_SUFFIX),
             "cache_bytes": storage.usage(CACHE),
             "quarantined_records": quarantined_count(saver),

@@ -27,7 +27,7 @@ import heapq
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -734,7 +734,7 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
             for item in self._live_under(prefix, now)
             if not op.filter or matches_filter(self._filter_view(item), op.filter)
         ]
-        scores: dict[ItemKey, float] = {}
+        scores: dict[Hashable, float] = {}
         for label in self._labels_under(prefix):
             state = self.logs.current(label)
             table = self._tables.get(label)

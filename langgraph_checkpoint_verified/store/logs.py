@@ -154,16 +154,34 @@ class MemoryLogs:
         self._labels: dict[str, LabelItems] = {}
 
     def labels(self) -> list[str]:
-        """Every first label with a log, decoded (names that decode to nothing are skipped)."""
+        """Every first label with a log.
+
+        A label too long for a path segment is stored under a hashed name, which
+        does not decode: it is read from the identity of a batch in that log
+        (whose header verifies, and which must name this log).
+        """
         found = []
         for segment in self.storage.list(keys.MEMORIES_PREFIX):
+            prefix = f"{keys.MEMORIES_PREFIX}/{segment}"
             label = keys.decode_segment(segment)
-            if (
-                label is not None
-                and keys.memories_prefix(label) == f"{keys.MEMORIES_PREFIX}/{segment}"
-            ):
+            if label is None:
+                label = self._label_named_in(prefix)
+            if label is not None and keys.memories_prefix(label) == prefix:
                 found.append(label)
         return sorted(found)
+
+    def _label_named_in(self, prefix: str) -> str | None:
+        for name in sorted(self.storage.list(prefix)):
+            data = self.storage.read(f"{prefix}/{name}")
+            if data is None:
+                continue
+            try:
+                label = self.codec.read_header(data).identity.get("store_label")
+            except RecordDamagedError:
+                continue  # a read of this batch reports it
+            if label is not None:
+                return label
+        return None
 
     def current(self, label: str) -> LabelItems:
         """The items of ``label``, caught up with what every process has written."""
@@ -210,7 +228,17 @@ class MemoryLogs:
             return None  # moved aside (or compacted) since it was listed
         try:
             content = self.codec.decode(data, RecordKind.STORE_BATCH, batch_identity(label, name))
-            return decode_batch(name, content)
+            batch = decode_batch(name, content)
+            if any(
+                namespace[0] != label
+                for namespace in (
+                    *(t.namespace for t in batch.touches),
+                    *(namespace for namespace, _ in batch.deletes),
+                    *(p.namespace for p in batch.puts),
+                )
+            ):
+                raise RecordDamagedError(f"the batch changes items outside the label {label!r}")
+            return batch
         except RecordDamagedError as exc:
             self.reporter.damaged(key, exc, data)
             return None

@@ -29,22 +29,33 @@ EXPECTED_OUTPUT = {
     "memory.ipynb": [
         # thread 2 reads what thread 1 wrote, through the store
         "[tuesday] agent: what I know about ada: I prefer green tea; my cat is called Miso",
-        "memories.ada   {'text': 'I prefer green tea', 'kind': 'preference'}",
-        "memories.grace {'text': 'I like espresso', 'kind': 'preference'}",
+        "users.ada      {'text': 'I prefer green tea', 'kind': 'preference'}",
+        "users.grace    {'text': 'I like espresso', 'kind': 'preference'}",
         # the same input again: answered by VerifiedCache, the node not run
         "{'understand': {'intent': 'answer'}, '__metadata__': {'cached': True}}",
         "understand runs during this call: 0",
-        # one bit flipped in the item's record: it reads as missing, reported and moved aside
-        "get: None",
-        "reason:         record checksum mismatch",
-        "still there:    False",
+        # the memories are batches in one log per first label, with its parity
+        "memories/users/log",
+        "memories/users/log.parity",
+        # a memory updated: its second version in a later batch
+        "now: {'text': 'my cat is called Miso; she is three', 'kind': 'fact'}",
+        # one bit flipped in that batch on disk: rebuilt from parity, written back
+        "get: {'text': 'my cat is called Miso; she is three', 'kind': 'fact'}",
+        "rebuilt from parity, written back: [True]",
+        "the log is byte for byte as written: True",
+        # damage beyond parity: the earlier version, reported and moved aside
+        "get: {'text': 'my cat is called Miso', 'kind': 'fact'}",
+        "reason:         its log entry is damaged (entry checksum mismatch): "
+        "the record in it is not read",
+        "kind:           store_batch",
+        "still in the log: False",
         "RecoveryStats(damaged_records=1, unreadable_records=0, quarantined_records=1, "
         "fallbacks=0, restarts_from_scratch=0, healed_blocks=0)",
-        "get again: None | reports: 1",
-        "[thursday] agent: what I know about ada: I prefer green tea",
+        "get again: {'text': 'my cat is called Miso', 'kind': 'fact'} | reports: 1",
+        "[thursday] agent: what I know about ada: I prefer green tea; my cat is called Miso",
         # langgraph-verified memories
-        "│ memories.ada   │ 1     │",
-        "│ memories.grace │ 1     │",
+        "│ users.ada   │ 2     │",
+        "│ users.grace │ 1     │",
         "[exit 0]",
     ],
     "quickstart.ipynb": [

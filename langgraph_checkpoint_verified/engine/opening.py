@@ -16,7 +16,7 @@ from typing import Any
 from langgraph_checkpoint_verified.engine.damage import Damage, DamageReporter
 from langgraph_checkpoint_verified.engine.marker import check_store_marker
 from langgraph_checkpoint_verified.records.format import DEFAULT_COMPRESSION_LEVEL, Codec
-from langgraph_checkpoint_verified.storage import Storage, open_storage
+from langgraph_checkpoint_verified.storage import FileStorage, Storage, open_storage
 
 
 def open_records(
@@ -64,5 +64,10 @@ def open_records(
         storage = open_storage(path, fsync=fsync)
     codec = Codec(key, compression_level=compression_level)
     reporter = DamageReporter(storage, codec, on_corruption=on_corruption, quarantine=quarantine)
+    if isinstance(storage, FileStorage) and storage.on_healed is None:
+        # what a log heals, or finds between its entries, is reported by the first face
+        # opened on this storage (a saver sets its own: its threads' logs are its)
+        storage.on_damaged_span = reporter.damaged_span
+        storage.on_healed = reporter.healed
     check_store_marker(storage, codec, reporter)
     return storage, codec, reporter

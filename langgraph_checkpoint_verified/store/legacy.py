@@ -1,13 +1,14 @@
-"""Stores written one item per record (``store/<labels>/<key>.item``), moved into the logs.
+"""Stores written one item per record (``store/<labels>/<key>.item``), taken into the logs.
 
 Before ``memories/``, each item was a record of its own (kind ``STORE_ITEM``)
 and a TTL refreshed by a read a second one (``STORE_TOUCH``) naming the
 version it extended. ``move_into_logs`` reads them, verified as before (frame,
 digests, and that the record is the item its key names), writes each first
 label's items as one batch with their times, expiry (touches folded in) and
-vectors, and then deletes the old records. A crash in between leaves both: the
-next opening moves the same items again, which changes nothing. A damaged old
-record is reported and quarantined, as a read would have.
+vectors, named to sort before every other batch, and then deletes the old
+records it read. A crash in between leaves both: the next opening finds the
+batch already written and deletes the rest. A damaged old record is reported
+and quarantined, as a read would have, and never deleted.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 from langgraph_checkpoint_verified.errors import RecordDamagedError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import RecordKind, unpack
-from langgraph_checkpoint_verified.store.batches import Batch, ItemVersion, vector_bytes
+from langgraph_checkpoint_verified.store.batches import (
+    Batch,
+    ItemVersion,
+    encode_batch,
+    vector_bytes,
+)
+from langgraph_checkpoint_verified.store.logs import batch_identity
 
 if TYPE_CHECKING:
     from langgraph_checkpoint_verified.store.logs import MemoryLogs
@@ -27,28 +34,59 @@ if TYPE_CHECKING:
 _CONTENT_VERSION = 1
 
 
-def move_into_logs(logs: MemoryLogs) -> int:
-    """Move every item under ``store/`` into the memories' logs; returns how many moved."""
+OLDER_BATCH = "0000000000000000000-older"
+"""The name of the batch that holds a store's items of the older layout: before every
+name a writer gives, so that whatever was written to the logs since wins."""
+
+
+def move_into_logs(logs: MemoryLogs, *, move: bool = True) -> int:
+    """Take every item under ``store/`` into the memories' logs; returns how many.
+
+    With ``move``, each first label's items are written as one batch named
+    ``OLDER_BATCH`` (once: a crash before the old records are deleted leaves a
+    batch that the next opening finds there), then the records that were read
+    are deleted. A damaged or unreadable one is reported (and quarantined, with
+    the reporter's quarantine) and never deleted. Without ``move`` nothing is
+    written: the items are read in place, for this process only.
+    """
     storage = logs.storage
     record_keys = sorted(storage.walk(keys.STORE_PREFIX))
     if not record_keys:
         return 0
-    touches = {k for k in record_keys if k.endswith(keys.STORE_TOUCH_SUFFIX)}
+    present = set(record_keys)
     by_label: dict[str, list[ItemVersion]] = {}
+    taken: list[str] = []
     for key in record_keys:
         if not key.endswith(keys.STORE_ITEM_SUFFIX):
             continue
         item = _read_item(logs, key)
         if item is None:
             continue
+        taken.append(key)
         touch_key = key[: -len(keys.STORE_ITEM_SUFFIX)] + keys.STORE_TOUCH_SUFFIX
-        if touch_key in touches and item.ttl is not None:
-            item.expires_at = _touched(logs, touch_key, item)
+        if touch_key in present:
+            taken.append(touch_key)
+            if item.ttl is not None:
+                item.expires_at = _touched(logs, touch_key, item)
         by_label.setdefault(item.namespace[0], []).append(item)
+    if not move:
+        logs.older = by_label
+        return sum(len(items) for items in by_label.values())
     for label, items in sorted(by_label.items()):
-        logs.write(label, Batch(puts=items))
-    for key in record_keys:
+        name = keys.batch_key(label, OLDER_BATCH)
+        data = logs.codec.encode(
+            RecordKind.STORE_BATCH,
+            batch_identity(label, OLDER_BATCH),
+            encode_batch(Batch(puts=items)),
+        )
+        storage.write(name, data, replace=False)  # False: moved before, by a process that crashed
+    for key in taken:
         storage.delete(key)
+    for key in record_keys:
+        if key.endswith(keys.STORE_TOUCH_SUFFIX) and key not in taken:
+            item_key = key[: -len(keys.STORE_TOUCH_SUFFIX)] + keys.STORE_ITEM_SUFFIX
+            if item_key not in present:
+                storage.delete(key)  # its item is gone: nothing to extend
     return sum(len(items) for items in by_label.values())
 
 

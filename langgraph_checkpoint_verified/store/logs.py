@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 ItemKey = tuple[tuple[str, ...], str]
 """An item's place: (namespace, key)."""
 
+OLDER_IN_PLACE = ""
+"""The name under which items of the older layout read in place are applied: first."""
 COMPACT_AFTER = 1024
 """A label's log is compacted once it holds at least this many dead versions,
 deletions and TTL refreshes, and at least as many as it has live items."""
@@ -152,6 +154,9 @@ class MemoryLogs:
         self.reporter = reporter
         self.lock = threading.RLock()
         self._labels: dict[str, LabelItems] = {}
+        self.older: dict[str, list[ItemVersion]] = {}
+        """Items of the older layout read in place (``store.legacy``), by first label:
+        applied before every batch, as the batch they would be moved into would be."""
 
     def labels(self) -> list[str]:
         """Every first label with a log.
@@ -168,7 +173,7 @@ class MemoryLogs:
                 label = self._label_named_in(prefix)
             if label is not None and keys.memories_prefix(label) == prefix:
                 found.append(label)
-        return sorted(found)
+        return sorted({*found, *self.older})
 
     def _label_named_in(self, prefix: str) -> str | None:
         for name in sorted(self.storage.list(prefix)):
@@ -201,6 +206,9 @@ class MemoryLogs:
             if n.endswith(keys.BATCH_SUFFIX)
         )
         present = set(names)
+        older = self.older.get(state.label)
+        if older is not None:
+            present.add(OLDER_IN_PLACE)
         newest_applied = max(state.applied, default=None)
         fresh = [n for n in names if n not in state.applied and n not in state.skipped]
         if (state.applied - present) or (
@@ -209,6 +217,8 @@ class MemoryLogs:
             # compacted, or written out of order (another machine's clock): start again
             state.reset()
             fresh = names
+        if older is not None and OLDER_IN_PLACE not in state.applied:
+            state.apply(OLDER_IN_PLACE, Batch(puts=older))
         for name in fresh:
             batch = self._read_batch(state.label, name)
             if batch is None:
@@ -245,7 +255,7 @@ class MemoryLogs:
 
     def write(self, label: str, batch: Batch, *, durable: bool = True) -> None:
         """Append ``batch`` to ``label``'s log (one record) and apply it here."""
-        self._write(label, lambda _: batch, durable=durable)
+        self.update(label, lambda _: batch, durable=durable)
 
     def delete_expired(self, label: str, now: float) -> int:
         """Delete ``label``'s items expired at ``now`` (judged under the label's lock, so an
@@ -256,12 +266,14 @@ class MemoryLogs:
             expired.extend(place for place, item in state.items.items() if item.expired(now))
             return Batch(deletes=expired) if expired else None
 
-        self._write(label, deletions, durable=True)
+        self.update(label, deletions, durable=True)
         return len(expired)
 
-    def _write(
-        self, label: str, make: Callable[[LabelItems], Batch | None], *, durable: bool
+    def update(
+        self, label: str, make: Callable[[LabelItems], Batch | None], *, durable: bool = True
     ) -> None:
+        """Append the batch ``make`` returns (nothing if ``None``), made from ``label``'s
+        items as they are under the label's lock: no process writes in between."""
         state = self._labels.get(label) or self.current(label)
         with self.storage.lock(state.prefix, exclusive=True):
             self._catch_up(state)
@@ -287,7 +299,7 @@ class MemoryLogs:
         state = self._labels.get(label) or self.current(label)
         with self.storage.lock(state.prefix, exclusive=True):
             self._catch_up(state)
-            old = sorted(state.applied | state.skipped)
+            old = sorted(n for n in state.applied | state.skipped if n != OLDER_IN_PLACE)
             if not old:
                 return 0
             now = time.time() if now is None else now

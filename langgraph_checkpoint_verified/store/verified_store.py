@@ -74,7 +74,7 @@ from langgraph_checkpoint_verified.store.batches import (
 )
 from langgraph_checkpoint_verified.store.filters import matches_filter, namespace_matches
 from langgraph_checkpoint_verified.store.legacy import move_into_logs
-from langgraph_checkpoint_verified.store.logs import ItemKey, MemoryLogs
+from langgraph_checkpoint_verified.store.logs import ItemKey, LabelItems, MemoryLogs
 from langgraph_checkpoint_verified.store.vectors import VectorTable, tokenized_fields
 
 if TYPE_CHECKING:
@@ -157,7 +157,9 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
             power loss. ``False`` is faster and survives process crashes only.
         compression_level: zstd level for new records (1 to 22).
         on_corruption: Called with a ``Damage`` for each damaged record found.
-        quarantine: ``False`` reports damage without moving records aside.
+        quarantine: ``False`` reports damage without moving records aside, and reads
+            the items of a store of the older layout (``store/``) where they are
+            instead of moving them into ``memories/``.
 
     Example:
         >>> import tempfile
@@ -222,7 +224,9 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         self.logs = MemoryLogs(self.storage, self.codec, self.reporter)
         self._tables: dict[str, tuple[int, VectorTable]] = {}
         try:
-            move_into_logs(self.logs)
+            # a store that moves nothing aside (quarantine=False, as read-only commands
+            # open it) reads an older layout's items in place instead
+            move_into_logs(self.logs, move=quarantine)
         except (StoreWriteError, OSError) as exc:
             # a read-only store of the older layout: its items stay where they are
             logger.warning("could not move the items under store/ into memories/: %s", exc)
@@ -640,32 +644,41 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
     def _write(
         self, puts: dict[int, PutOp], vectors: dict[int, dict[str, list[float]]], now: float
     ) -> None:
-        batches: dict[str, Batch] = {}
+        by_label: dict[str, list[tuple[int, PutOp]]] = {}
         for i, op in puts.items():
-            namespace = tuple(op.namespace)
-            batch = batches.setdefault(namespace[0], Batch())
-            if op.value is None:
-                batch.deletes.append((namespace, op.key))
-                continue
-            # created_at survives an update, as in LangGraph's SQL stores; an item
-            # that expired or was damaged starts again
-            before = self._live(namespace, op.key, now)
-            batch.puts.append(
-                ItemVersion(
-                    namespace=namespace,
-                    key=op.key,
-                    version="",  # named when written
-                    created_at=before.created_at if before is not None else _now_micros(now),
-                    updated_at=_now_micros(now),
-                    ttl=op.ttl,
-                    # absolute, so a process that reads the item later needs no other clock
-                    expires_at=None if op.ttl is None else now + op.ttl * 60,
-                    value=self.serde.dumps_typed(dict(op.value)),
-                    vectors={name: vector_bytes(v) for name, v in vectors.get(i, {}).items()},
-                )
-            )
-        for label, batch in batches.items():
-            self.logs.write(label, batch)
+            by_label.setdefault(op.namespace[0], []).append((i, op))
+        for label, ops in by_label.items():
+
+            def changes(state: LabelItems, ops: list[tuple[int, PutOp]] = ops) -> Batch:
+                batch = Batch()
+                for i, op in ops:
+                    namespace = tuple(op.namespace)
+                    if op.value is None:
+                        batch.deletes.append((namespace, op.key))
+                        continue
+                    # created_at survives an update, as in LangGraph's SQL stores; an
+                    # item that expired or was damaged starts again. Judged under the
+                    # label's lock: a put racing this one is seen.
+                    before = state.items.get((namespace, op.key))
+                    if before is not None and before.expired(now):
+                        before = None
+                    batch.puts.append(
+                        ItemVersion(
+                            namespace=namespace,
+                            key=op.key,
+                            version="",  # named when written
+                            created_at=before.created_at if before else _now_micros(now),
+                            updated_at=_now_micros(now),
+                            ttl=op.ttl,
+                            # absolute: a process that reads it later needs no other clock
+                            expires_at=None if op.ttl is None else now + op.ttl * 60,
+                            value=self.serde.dumps_typed(dict(op.value)),
+                            vectors={n: vector_bytes(v) for n, v in vectors.get(i, {}).items()},
+                        )
+                    )
+                return batch
+
+            self.logs.update(label, changes)
 
     def _refresh(self, items: list[ItemVersion], now: float) -> None:
         """Extend the TTL of items just read, with a touch naming their version (never a

@@ -24,9 +24,10 @@ import bisect
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_verified.errors import RecordDamagedError
 from langgraph_checkpoint_verified.records import keys
@@ -48,6 +49,10 @@ ItemKey = tuple[tuple[str, ...], str]
 
 OLDER_IN_PLACE = ""
 """The name under which items of the older layout read in place are applied: first."""
+KEPT_LABELS = 256
+"""Most first labels whose items a process keeps in memory (the least recently used
+go first): a store whose first label is, say, a user id does not hold every user's
+memories for the life of the process."""
 COMPACT_AFTER = 1024
 """A label's log is compacted once it holds at least this many dead versions,
 deletions and TTL refreshes, and at least as many as it has live items."""
@@ -88,8 +93,10 @@ class LabelItems:
     """The greatest record name under the label's prefix when it was last caught up with."""
     dead: int = 0
     changes: int = 0
-    """Counts every change applied: a view built from the items (vectors) is stale
-    when it was built at another count."""
+    """Counts every change applied: a view built from the items is stale when it was
+    built at another count."""
+    vector_table: tuple[int, Any] | None = None
+    """``(changes, VectorTable)``: the store's vectors of these items, as last built."""
 
     def reset(self) -> None:
         self.items.clear()
@@ -153,7 +160,7 @@ class MemoryLogs:
         self.codec = codec
         self.reporter = reporter
         self.lock = threading.RLock()
-        self._labels: dict[str, LabelItems] = {}
+        self._labels: OrderedDict[str, LabelItems] = OrderedDict()
         self.older: dict[str, list[ItemVersion]] = {}
         """Items of the older layout read in place (``store.legacy``), by first label:
         applied before every batch, as the batch they would be moved into would be."""
@@ -193,6 +200,9 @@ class MemoryLogs:
         state = self._labels.get(label)
         if state is None:
             state = self._labels[label] = LabelItems(label, keys.memories_prefix(label))
+            while len(self._labels) > KEPT_LABELS:
+                self._labels.popitem(last=False)  # read again from its log if asked for
+        self._labels.move_to_end(label)
         self._catch_up(state)
         return state
 
@@ -274,7 +284,7 @@ class MemoryLogs:
     ) -> None:
         """Append the batch ``make`` returns (nothing if ``None``), made from ``label``'s
         items as they are under the label's lock: no process writes in between."""
-        state = self._labels.get(label) or self.current(label)
+        state = self.current(label)
         with self.storage.lock(state.prefix, exclusive=True):
             self._catch_up(state)
             batch = make(state)
@@ -296,7 +306,7 @@ class MemoryLogs:
     def compact(self, label: str, *, now: float | None = None) -> int:
         """Write ``label``'s live items again as packs, dropping every dead version and
         every expired item; returns how many batches were replaced."""
-        state = self._labels.get(label) or self.current(label)
+        state = self.current(label)
         with self.storage.lock(state.prefix, exclusive=True):
             self._catch_up(state)
             old = sorted(n for n in state.applied | state.skipped if n != OLDER_IN_PLACE)

@@ -222,7 +222,6 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         )
         self.serde: SerializerProtocol = serde if serde is not None else JsonPlusSerializer()
         self.logs = MemoryLogs(self.storage, self.codec, self.reporter)
-        self._tables: dict[str, tuple[int, VectorTable]] = {}
         try:
             # a store that moves nothing aside (quarantine=False, as read-only commands
             # open it) reads an older layout's items in place instead
@@ -750,10 +749,9 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         scores: dict[Hashable, float] = {}
         for label in self._labels_under(prefix):
             state = self.logs.current(label)
-            table = self._tables.get(label)
-            if table is None or table[0] != state.changes:
-                table = self._tables[label] = (state.changes, VectorTable(state.items.values()))
-            scores.update(table[1].best_scores(query_vector))
+            if state.vector_table is None or state.vector_table[0] != state.changes:
+                state.vector_table = (state.changes, VectorTable(state.items.values()))
+            scores.update(state.vector_table[1].best_scores(query_vector))
         scored = [(s, scores[(s.namespace, s.key)]) for s in found if s.vectors]
         scored.sort(key=lambda pair: pair[1], reverse=True)
         ranked: list[tuple[ItemVersion, float | None]] = [

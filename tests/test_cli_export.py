@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from logtools import lose_parity, view_log
 from test_cli import build_graph, config, history, run_conversations
 from test_cli_console import console, ok_json
 
@@ -21,6 +22,7 @@ from langgraph_checkpoint_verified.cli.export import (
     read_export,
     stored_item,
 )
+from langgraph_checkpoint_verified.records.keys import batch_key
 
 
 @pytest.fixture
@@ -183,14 +185,24 @@ def test_export_of_one_thread_leaves_memories_out(with_memories: Path, tmp_path:
 
 
 def test_a_damaged_memory_is_left_out_of_an_export(with_memories: Path, tmp_path: Path) -> None:
-    item = with_memories / "store" / "users" / "bob" / "notes.item"
-    data = bytearray(item.read_bytes())
-    data[-3] ^= 1
-    item.write_bytes(bytes(data))
+    """Bob's batch damaged on disk, beyond what the log's parity rebuilds."""
+    notes = VerifiedStore(with_memories).logs.current("users").items[(("users", "bob"), "notes")]
+    bob = batch_key("users", notes.version.rsplit("/", 1)[0])
+    log = with_memories / "memories" / "users" / "log"
+    view = view_log(log.read_bytes(), "memories/users")
+    assert not view.is_last(bob)  # ada's refresh was written after it
+    entry = view.entry(bob)
+    lose_parity(log)
+    data = bytearray(log.read_bytes())
+    data[entry.data_offset + entry.data_size - 3] ^= 1
+    log.write_bytes(bytes(data))
     dump = tmp_path / "dump.jsonl"
     done = console("export", with_memories, dump)
     assert done.returncode == 0 and "and 2 memory item(s)" in done.stderr
-    assert item.read_bytes() == bytes(data)  # export only looks: nothing is moved
+    exported = [json.loads(line) for line in dump.read_text().splitlines()[1:]]
+    assert [i["key"] for i in exported if i["type"] == "store_item"] == ["../odd key", "prefs"]
+    assert log.read_bytes() == bytes(data)  # export only looks: nothing is moved
+    assert not (with_memories / "quarantine").exists()
 
 
 def test_memories_round_trip_in_memory() -> None:
@@ -206,7 +218,8 @@ def test_memories_round_trip_in_memory() -> None:
     copy = VerifiedSaver.in_memory()
     memory_of(copy).restore_items(stored_item(line) for line in lines)
     assert list(memory_of(copy).stored_items()) == list(memory_of(saver).stored_items())
-    assert copy.verify().ok and copy.verify().store_items_checked == 3
+    # one batch per first label the restore wrote to: users, facts
+    assert copy.verify().ok and copy.verify().store_records_checked == 2
 
 
 def test_an_export_of_version_1_still_imports(store: Path, tmp_path: Path) -> None:

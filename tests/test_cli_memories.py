@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from logtools import lose_parity, view_log
 from test_cli_s3 import bucket  # noqa: F401 (a fixture)
 
 from langgraph_checkpoint_verified import VerifiedStore
 from langgraph_checkpoint_verified.cli import main
+from langgraph_checkpoint_verified.records.keys import batch_key
 
 MENU = {
     "tea": {"kind": "drink", "price": 3, "text": "hot tea"},
@@ -154,21 +156,28 @@ def test_query_with_the_stores_embedding_ranks_items(tmp_path, capsys, monkeypat
 
 
 def test_a_damaged_item_is_not_shown_but_reported_and_not_moved(store_dir, capsys):
-    item = store_dir / "store" / "menu" / "cake.item"
-    damaged = bytearray(item.read_bytes())
-    damaged[-1] ^= 0xFF
-    item.write_bytes(damaged)
+    """Cake's batch (each put is one) damaged on disk, beyond what the parity rebuilds."""
+    version = VerifiedStore(store_dir).logs.current("menu").items[(("menu",), "cake")].version
+    cake = batch_key("menu", version.rsplit("/", 1)[0])
+    log = store_dir / "memories" / "menu" / "log"
+    view = view_log(log.read_bytes(), "memories/menu")
+    assert not view.is_last(cake)  # juice was put after it
+    entry = view.entry(cake)
+    lose_parity(log)
+    damaged = bytearray(log.read_bytes())
+    damaged[entry.data_offset + entry.data_size - 1] ^= 0xFF
+    log.write_bytes(damaged)
     before = digest(store_dir)
 
     code, printed, errors = run(capsys, "memories", store_dir, "menu")
     assert code == 0
-    assert "tea" in printed and "cake" not in printed
+    assert "tea" in printed and "juice" in printed and "cake" not in printed
     assert len(errors.strip().splitlines()) == 1
-    assert "1 damaged record(s)" in errors and "cake.item" in errors
+    assert "1 damaged record(s)" in errors and cake in errors
 
     found = ok_json(capsys, "memories", store_dir)
     assert {"namespace": ["menu"], "items": 2} in found["namespaces"]
-    assert found["damaged"] == ["store/menu/cake.item"]
+    assert found["damaged"] == [cake]
     assert digest(store_dir) == before  # a look moves nothing, refreshes nothing
     assert not (store_dir / "quarantine").exists()
 

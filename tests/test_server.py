@@ -676,12 +676,18 @@ def test_the_store_blocks_ttl_and_index_reach_the_verified_store_under_langgraph
     import time_machine
 
     from langgraph_checkpoint_verified import VerifiedStore
+    from langgraph_checkpoint_verified.records.format import RecordKind
+    from langgraph_checkpoint_verified.store.batches import decode_batch
 
     store = tmp_path / "store"
     with time_machine.travel(datetime(2020, 1, 1, tzinfo=timezone.utc)):
         VerifiedStore(store).put(("notes",), "stale", {"text": "old tea"}, ttl=1)
-    stale = store / "store" / "notes" / "stale.item"
-    assert stale.is_file()
+
+    def held() -> set[str]:
+        """The keys the records of ("notes",) hold: expired ones too, until a sweep."""
+        return {key for _, key in VerifiedStore(store).logs.current("notes").items}
+
+    assert held() == {"stale"}
     config = json.loads((app / "langgraph.json").read_text())
     config["graphs"]["notes"] = "./notes.py:graph"
     config["store"] = {
@@ -693,7 +699,9 @@ def test_the_store_blocks_ttl_and_index_reach_the_verified_store_under_langgraph
     server = servers(app, store, config="langgraph_store_ttl_index.json")
     client = server.start()
     # sweep_interval_minutes: the factory's sweeper, whose first sweep runs at once
-    wait_until(lambda: not stale.exists(), "the store's sweeper to delete an expired item", server)
+    wait_until(
+        lambda: "stale" not in held(), "the store's sweeper to delete an expired item", server
+    )
 
     client.store.put_item(["notes"], "tea", {"text": "tea and cake"})
     client.store.put_item(["notes"], "coffee", {"text": "coffee, coffee, coffee"}, ttl=60)
@@ -713,14 +721,21 @@ def test_the_store_blocks_ttl_and_index_reach_the_verified_store_under_langgraph
         "coffee": None,
     }
 
-    # refresh_on_read: false, so a read writes no touch record unless it asks for one
+    # refresh_on_read: false, so a read writes no touch unless it asks for one
     def touches() -> list[str]:
-        return sorted(path.name for path in (store / "store").rglob("*.touch"))
+        """The keys of the items whose TTL a batch of ("notes",) refreshes."""
+        reader = VerifiedStore(store)
+        found = []
+        for key in reader.storage.walk("memories/notes"):
+            content = reader.codec.decode(reader.storage.read(key), RecordKind.STORE_BATCH, None)
+            name = key.rsplit("/", 1)[1][: -len(".batch")]
+            found += [touch.key for touch in decode_batch(name, content).touches]
+        return sorted(found)
 
     assert client.store.get_item(["notes"], "coffee")["value"] == {"text": "coffee, coffee, coffee"}
     assert touches() == []
     client.store.get_item(["notes"], "coffee", refresh_ttl=True)
-    assert touches() == ["coffee.touch"]
+    assert touches() == ["coffee"]
     server.stop()
     assert "store TTL: expired items are swept every 1 minutes" in server.output()
 

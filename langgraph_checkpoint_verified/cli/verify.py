@@ -224,7 +224,7 @@ def print_report(saver: VerifiedSaver, report: VerifyReport) -> None:
 def _print_unprotected(report: VerifyReport) -> None:
     if report.unprotected_bytes:
         print(
-            f"{report.unprotected_bytes} bytes of thread logs have no parity (written before "
+            f"{report.unprotected_bytes} bytes of logs have no parity (written before "
             f"logs had it, or its record was lost): repair adds it"
         )
 

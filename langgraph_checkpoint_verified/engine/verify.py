@@ -112,10 +112,10 @@ class VerifyReport:
             themselves, before it moved aside the records they kept them in.
         read_only: Repair was asked for but this process cannot write to the
             store (permissions, a read-only mount): what was not moved yet stays.
-        healed: Damaged blocks of thread logs that the logs' parity rebuilds, so
+        healed: Damaged blocks of logs (threads, memories) that the logs' parity rebuilds, so
             that no record in them is lost; reads are served the rebuilt bytes,
             and repair writes them back.
-        unprotected_bytes: Bytes of thread logs that no intact parity covers (a
+        unprotected_bytes: Bytes of logs that no intact parity covers (a
             store written before logs had parity, a lost parity record): one
             damaged block there costs its records. Repair adds the parity, where
             the log's own entries verify.

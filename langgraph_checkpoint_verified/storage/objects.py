@@ -67,6 +67,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langgraph_checkpoint_verified.errors import StoreUnavailableError, StoreWriteError
+from langgraph_checkpoint_verified.records.keys import MEMORIES_PREFIX
 from langgraph_checkpoint_verified.storage import async_bridge
 from langgraph_checkpoint_verified.storage.async_bridge import (
     SharedExclusiveLock,
@@ -104,6 +105,7 @@ HEAD_EVERY = 64
 """A process moves a namespace's head forward once per this many checkpoints it writes."""
 HEADS_PREFIX = "heads"
 _CHECKPOINTS = "/checkpoints"
+_MEMORIES = f"{MEMORIES_PREFIX}/"
 _CAS_ATTEMPTS = 32
 FRESH_FOR = 60.0
 """Seconds during which what the store last said of an object (its ETag, its bytes) is
@@ -646,6 +648,8 @@ class ObjectStorage(OneRecordPerWrite):
     def greatest_name(self, prefix: str) -> str | None:
         """The greatest name under ``prefix``; for checkpoints, from the head object and
         one ``LIST`` that starts at the name it holds."""
+        if prefix.startswith(_MEMORIES):
+            return self._greatest_batch(prefix)
         if not prefix.endswith(_CHECKPOINTS):
             return max(self.list(prefix), default=None)
         with self._state_lock:
@@ -667,6 +671,23 @@ class ObjectStorage(OneRecordPerWrite):
             self._ahead.pop(prefix, None)
             while len(self._listed) > _LISTINGS:
                 self._ahead.pop(self._listed.popitem(last=False)[0], None)
+            if newest is None:
+                self._newest.pop(prefix, None)
+            else:
+                self._newest[prefix] = newest
+        return newest
+
+    def _greatest_batch(self, prefix: str) -> str | None:
+        """The greatest batch name of a memory log: one ``LIST`` from the greatest this
+        process saw there (writers name each batch after every name they saw), and a
+        whole listing only when that one is gone (compacted)."""
+        with self._state_lock:
+            known = self._newest.get(prefix)
+        names = self._names_from(prefix, known) if known is not None else None
+        if not names:
+            names = self.list(prefix)
+        newest = max(names, default=None)
+        with self._state_lock:
             if newest is None:
                 self._newest.pop(prefix, None)
             else:
@@ -714,8 +735,15 @@ class ObjectStorage(OneRecordPerWrite):
 
     def _note_written(self, key: str) -> None:
         """After a checkpoint record is written: move its namespace's head forward, at
-        the namespace's first checkpoint and then every ``HEAD_EVERY``."""
+        the namespace's first checkpoint and then every ``HEAD_EVERY``. After a memory
+        log's batch: remember it as the greatest name seen there."""
         prefix, _, name = key.rpartition("/")
+        if prefix.startswith(_MEMORIES):
+            # a batch of a memory log: the next look for newer ones lists from it
+            with self._state_lock:
+                if name > self._newest.get(prefix, ""):
+                    self._newest[prefix] = name
+            return
         if not prefix.endswith(_CHECKPOINTS) or not prefix.startswith("threads/"):
             return
         with self._state_lock:

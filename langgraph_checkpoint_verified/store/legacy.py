@@ -13,6 +13,7 @@ and quarantined, as a read would have, and never deleted.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -43,10 +44,11 @@ def move_into_logs(logs: MemoryLogs, *, move: bool = True) -> int:
     """Take every item under ``store/`` into the memories' logs; returns how many.
 
     With ``move``, each first label's items are written as one batch named
-    ``OLDER_BATCH`` (once: a crash before the old records are deleted leaves a
-    batch that the next opening finds there), then the records that were read
-    are deleted. A damaged or unreadable one is reported (and quarantined, with
-    the reporter's quarantine) and never deleted. Without ``move`` nothing is
+    ``OLDER_BATCH`` (or, if that is taken, the next free ``OLDER_BATCH-NNNN``:
+    a crash before the old records were deleted, or records an older version
+    wrote since), then the records that were read are deleted. A damaged or
+    unreadable one is reported (and quarantined, with the reporter's quarantine)
+    and never deleted. Without ``move`` nothing is
     written: the items are read in place, for this process only.
     """
     storage = logs.storage
@@ -73,13 +75,15 @@ def move_into_logs(logs: MemoryLogs, *, move: bool = True) -> int:
         logs.older = by_label
         return sum(len(items) for items in by_label.values())
     for label, items in sorted(by_label.items()):
-        name = keys.batch_key(label, OLDER_BATCH)
-        data = logs.codec.encode(
-            RecordKind.STORE_BATCH,
-            batch_identity(label, OLDER_BATCH),
-            encode_batch(Batch(puts=items)),
-        )
-        storage.write(name, data, replace=False)  # False: moved before, by a process that crashed
+        content = encode_batch(Batch(puts=items))
+        # a batch of that name may be there already: this store was moved before (by a
+        # process that crashed before deleting, or an older version has written since):
+        # the next free name, which sorts after it and before every writer's name
+        for number in itertools.count():
+            name = OLDER_BATCH if number == 0 else f"{OLDER_BATCH}-{number:04d}"
+            data = logs.codec.encode(RecordKind.STORE_BATCH, batch_identity(label, name), content)
+            if storage.write(keys.batch_key(label, name), data, replace=False):
+                break
     for key in taken:
         storage.delete(key)
     for key in record_keys:

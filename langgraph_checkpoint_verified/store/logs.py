@@ -33,6 +33,7 @@ from langgraph_checkpoint_verified.errors import RecordDamagedError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import Codec, RecordKind
 from langgraph_checkpoint_verified.store.batches import (
+    PACK_ITEMS,
     Batch,
     ItemVersion,
     decode_batch,
@@ -144,7 +145,13 @@ class LabelItems:
 
     @property
     def needs_compaction(self) -> bool:
-        return self.dead >= max(COMPACT_AFTER, len(self.items))
+        """Dead versions as many as live items (and ``COMPACT_AFTER``), or that many more
+        batches than packs would hold the items: a store whose every put is a new item
+        compacts too, so that listing its batches stays short (a bucket's LIST)."""
+        batches = len(self.applied)
+        return self.dead >= max(COMPACT_AFTER, len(self.items)) or (
+            batches >= COMPACT_AFTER + 2 * (len(self.items) // PACK_ITEMS + 1)
+        )
 
 
 class MemoryLogs:
@@ -309,7 +316,9 @@ class MemoryLogs:
         state = self.current(label)
         with self.storage.lock(state.prefix, exclusive=True):
             self._catch_up(state)
-            old = sorted(n for n in state.applied | state.skipped if n != OLDER_IN_PLACE)
+            # a batch found damaged is moved aside by the reporter, or, if it may not move
+            # anything (quarantine=False), left as it is: never deleted here
+            old = sorted(n for n in state.applied if n != OLDER_IN_PLACE)
             if not old:
                 return 0
             now = time.time() if now is None else now

@@ -705,14 +705,22 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         """The labels whose logs a search of ``namespace_prefix`` reads."""
         return [namespace_prefix[0]] if namespace_prefix else self.logs.labels()
 
-    def _live_under(self, namespace_prefix: tuple[str, ...], now: float) -> Iterator[ItemVersion]:
-        """Live items under ``namespace_prefix``, newest first, then by namespace and key."""
-        labels = self._labels_under(namespace_prefix)
-        each = [self.logs.current(label).newest_first(namespace_prefix) for label in labels]
+    def _live_under(
+        self, namespace_prefix: tuple[str, ...], now: float, states: list[LabelItems] | None = None
+    ) -> Iterator[ItemVersion]:
+        """Live items under ``namespace_prefix``, newest first, then by namespace and key
+        (from ``states``, the labels as caught up with once, if given)."""
+        if states is None:
+            states = self._states(namespace_prefix)
+        each = [state.newest_first(namespace_prefix) for state in states]
         merged = each[0] if len(each) == 1 else heapq.merge(*each, key=_newest_first)
         for item in merged:
             if not item.expired(now):
                 yield item
+
+    def _states(self, namespace_prefix: tuple[str, ...]) -> list[LabelItems]:
+        """The items of every label a read of ``namespace_prefix`` reads, caught up with."""
+        return [self.logs.current(label) for label in self._labels_under(namespace_prefix)]
 
     def _value(self, item: ItemVersion) -> dict[str, Any]:
         """A fresh copy of the item's value, deserialized: callers may change it."""
@@ -741,14 +749,14 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
                     if len(page) >= wanted:
                         break
             return page[op.offset : wanted]
+        states = self._states(prefix)  # the candidates and their scores from one look
         found = [
             item
-            for item in self._live_under(prefix, now)
+            for item in self._live_under(prefix, now, states)
             if not op.filter or matches_filter(self._filter_view(item), op.filter)
         ]
         scores: dict[Hashable, float] = {}
-        for label in self._labels_under(prefix):
-            state = self.logs.current(label)
+        for state in states:
             if state.vector_table is None or state.vector_table[0] != state.changes:
                 state.vector_table = (state.changes, VectorTable(state.items.values()))
             scores.update(state.vector_table[1].best_scores(query_vector))

@@ -64,9 +64,9 @@ def new_batch_name(after: str | None) -> str:
     since the epoch, then randomness.
 
     Example:
-        >>> name = new_batch_name("9999999999999999999-ffffff")
-        >>> name > "9999999999999999999-ffffff", len(name)
-        (True, 27)
+        >>> name = new_batch_name("1764000000000000000-00aa11")
+        >>> name > "1764000000000000000-00aa11", len(name)
+        (True, 26)
     """
     now = time.time_ns()
     if after is not None:

@@ -887,3 +887,54 @@ def test_it_behaves_as_in_memory_store(operations):
             )
             assert verified.list_namespaces(prefix=prefix, max_depth=depth) == expected
     assert _view(verified.search((), limit=1000)) == _view(reference.search((), limit=1000))
+
+
+@settings(derandomize=True, database=None, max_examples=60, deadline=None)
+@given(
+    OPERATIONS,
+    st.lists(st.integers(0, 29), max_size=3),
+    st.lists(st.integers(0, 29), max_size=3),
+)
+def test_on_files_it_behaves_as_in_memory_store_through_compaction_and_reopening(
+    operations, reopen_at, compact_at
+):
+    """The same model test on a file store whose labels compact on their own after 4
+    dead versions (as many as live items), are compacted at random points too, and
+    which is opened again (its logs replayed) at random points."""
+    import tempfile
+
+    from langgraph_checkpoint_verified.store import logs
+
+    real_threshold = logs.COMPACT_AFTER
+    logs.COMPACT_AFTER = 4
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            verified, reference = VerifiedStore(directory), InMemoryStore()
+            for step, (operation, *args) in enumerate(operations):
+                if step in reopen_at:
+                    verified = VerifiedStore(directory)
+                if step in compact_at:
+                    for label in verified.logs.labels():
+                        verified.logs.compact(label)
+                if operation == "put":
+                    verified.put(*args)
+                    reference.put(*args)
+                elif operation == "delete":
+                    verified.delete(*args)
+                    reference.delete(*args)
+                elif operation == "get":
+                    mine, theirs = verified.get(*args), reference.get(*args)
+                    assert (mine and mine.value) == (theirs and theirs.value)
+                elif operation == "search":
+                    prefix, filter = args
+                    assert _view(verified.search(prefix, filter=filter, limit=100)) == _view(
+                        reference.search(prefix, filter=filter, limit=100)
+                    )
+            expected = _view(reference.search((), limit=1000))
+            assert _view(verified.search((), limit=1000)) == expected
+            again = VerifiedStore(directory)
+            assert _view(again.search((), limit=1000)) == expected
+            assert again.stats.damaged_records == 0
+            assert again.verify().ok
+    finally:
+        logs.COMPACT_AFTER = real_threshold

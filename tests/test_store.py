@@ -16,15 +16,18 @@ import textwrap
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import time_machine
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.config import get_store
-from langgraph.graph import START, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import InjectedStore, ToolNode
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -938,3 +941,46 @@ def test_on_files_it_behaves_as_in_memory_store_through_compaction_and_reopening
             assert again.verify().ok
     finally:
         logs.COMPACT_AFTER = real_threshold
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_tool_with_an_injected_store_remembers_across_threads(tmp_path, mode):
+    """A ``ToolNode`` tool declared with ``InjectedStore``: LangGraph hands it the graph's
+    ``VerifiedStore``; what it puts in one thread is found from another, and by a new
+    store on the same directory."""
+
+    @tool
+    def remember(fact: str, user: str, store: Annotated[BaseStore, InjectedStore()]) -> str:
+        """Remember a fact about a user."""
+        key = f"fact-{len(store.search(('facts', user))) + 1}"
+        store.put(("facts", user), key, {"fact": fact})
+        return key
+
+    @tool
+    def recall(user: str, store: Annotated[BaseStore, InjectedStore()]) -> str:
+        """Everything remembered about a user."""
+        return "; ".join(sorted(i.value["fact"] for i in store.search(("facts", user))))
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([remember, recall]))
+    builder.add_edge(START, "tools")
+    directory = tmp_path / "state"
+    graph = builder.compile(checkpointer=VerifiedSaver(directory), store=VerifiedStore(directory))
+
+    def call(name: str, args: dict[str, Any], thread: str) -> str:
+        message = AIMessage("", tool_calls=[{"name": name, "args": args, "id": f"{thread}-1"}])
+        config = {"configurable": {"thread_id": thread}}
+        state = {"messages": [message]}
+        result = (
+            graph.invoke(state, config)
+            if mode == "sync"
+            else asyncio.run(graph.ainvoke(state, config))
+        )
+        return result["messages"][-1].content
+
+    assert call("remember", {"fact": "likes tea", "user": "ada"}, "monday") == "fact-1"
+    assert call("remember", {"fact": "has a cat", "user": "ada"}, "tuesday") == "fact-2"
+    assert call("recall", {"user": "ada"}, "wednesday") == "has a cat; likes tea"
+    again = VerifiedStore(directory)
+    assert again.get(("facts", "ada"), "fact-1").value == {"fact": "likes tea"}
+    assert again.stats.damaged_records == 0

@@ -350,7 +350,7 @@ def open_store_from_env(environ: Mapping[str, str] | None = None, **options: Any
     """Open the ``VerifiedStore`` that the environment names (blocking).
 
     The same directory (or bucket) and key as ``open_from_env``: items live under
-    ``store/`` beside the saver's ``threads/``. ``langgraph.json``'s ``store``
+    ``memories/`` beside the saver's ``threads/``. ``langgraph.json``'s ``store``
     block, which ``langgraph dev`` hands over as ``LANGGRAPH_STORE``, may carry
     ``"ttl"`` (LangGraph's ``TTLConfig``) and ``"index"`` (its ``IndexConfig``).
     The index's ``embed`` may name a function in a file,

@@ -191,7 +191,7 @@ def memory_of(saver: VerifiedSaver, *, quarantine: bool = False) -> VerifiedStor
         quarantine: Whether damage found while reading is moved aside.
 
     Returns:
-        The store, reading and writing ``store/`` beside the saver's ``threads/``.
+        The store, reading and writing ``memories/`` beside the saver's ``threads/``.
     """
     from langgraph_checkpoint_verified.store import VerifiedStore
 

@@ -1,7 +1,7 @@
 """``verify`` and ``repair``: check every record of a store, and move damage aside.
 
 Every record: the threads' checkpoints, pending writes and tool records, the
-memory items of ``VerifiedStore`` (``store/``) and the node cache entries of
+memory batches of ``VerifiedStore`` (``memories/``) and the node cache entries of
 ``VerifiedCache`` (``cache/``); with ``--thread``, that thread's records only.
 Argparse commands (see ``legacy``): ``run_verify`` and ``run_repair`` take the
 parsed arguments. ``verify`` opens the store with ``quarantine=False`` and moves

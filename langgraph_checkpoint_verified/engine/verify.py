@@ -6,8 +6,8 @@ returns a ``VerifyReport``; with ``repair`` it also moves aside every record
 no read can use any more, after rewriting the checkpoints that still load so
 that they no longer depend on it.
 
-A whole store holds more than threads: the memory items of ``VerifiedStore``
-(``store/``) and the node cache entries of ``VerifiedCache`` (``cache/``).
+A whole store holds more than threads: the batches of ``VerifiedStore``'s memory
+logs (``memories/``) and the node cache entries of ``VerifiedCache`` (``cache/``).
 Those records stand alone (no record refers to another), so checking one is
 its frame, digests and identity, and repairing one is moving it aside, as a
 read that finds it damaged does; ``verify_records`` does that for them.

@@ -8,6 +8,7 @@ The counts are of calls that look a file up or lock it (``open``, ``close``, ``s
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import sys
 import threading
@@ -63,10 +64,16 @@ def test_a_warm_threads_turns_open_no_file_and_look_files_up_a_bounded_number_of
 ):
     graph, config = warm_thread(tmp_path / "store")
     counter = FileCalls(monkeypatch)
-    counter.counting = True
-    for turn in range(TURNS):
-        graph.invoke({"messages": [("user", f"turn {turn}")]}, config)
-    counter.counting = False
+    # stores of earlier tests, collected now, would close their descriptors in the turns
+    gc.collect()
+    gc.disable()
+    try:
+        counter.counting = True
+        for turn in range(TURNS):
+            graph.invoke({"messages": [("user", f"turn {turn}")]}, config)
+        counter.counting = False
+    finally:
+        gc.enable()
     calls = counter.calls
     assert calls["open"] == calls["close"] == 0, calls  # the log and the lock stay open
     assert sum(calls.values()) <= METADATA_CALLS_PER_TURN * TURNS, calls

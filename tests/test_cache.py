@@ -11,6 +11,7 @@ operations on ``VerifiedCache`` and LangGraph's ``InMemoryCache`` and compares.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -377,6 +378,73 @@ def test_another_process_sees_the_entries(tmp_path):
         found = cache.get([((side, str(i)), "k") for i in range(40)])
         assert sorted(found.values()) == list(range(40))
     assert cache.stats.damaged_records == 0
+
+
+CACHED_APP = textwrap.dedent(
+    """
+    from typing_extensions import TypedDict
+    from langgraph.graph import START, StateGraph
+    from langgraph.types import CachePolicy
+    from langgraph_checkpoint_verified import VerifiedCache
+
+    class State(TypedDict):
+        n: int
+
+    calls = []
+
+    def double(state):
+        calls.append(state["n"])
+        return {"n": state["n"] * 2}
+
+    def build(directory):
+        builder = StateGraph(State)
+        builder.add_node("double", double, cache_policy=CachePolicy())
+        builder.add_edge(START, "double")
+        return builder.compile(cache=VerifiedCache(directory))
+    """
+)
+CHILD_GRAPH = textwrap.dedent(
+    """
+    import asyncio, sys
+    import cached_app
+    graph = cached_app.build(sys.argv[1])
+    if sys.argv[2] == "async":
+        results = [asyncio.run(graph.ainvoke({"n": n})) for n in (3, 4)]
+    else:
+        results = [graph.invoke({"n": n}) for n in (3, 4)]
+    print([r["n"] for r in results], "runs:", cached_app.calls)
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_second_process_running_the_graph_reuses_its_cached_node_results(
+    tmp_path, monkeypatch, mode
+):
+    """A ``CachePolicy`` node (of an app module, as a server loads one) whose result one
+    process cached is not run again by the same graph in another process on the same
+    directory; a new input runs it there, and this process then finds that result."""
+    import importlib
+
+    (tmp_path / "cached_app.py").write_text(CACHED_APP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cached_app", raising=False)
+    app = importlib.import_module("cached_app")
+    store = str(tmp_path / "store")
+    graph = app.build(store)
+    assert graph.invoke({"n": 3}) == {"n": 6} and app.calls == [3]
+    shown = subprocess.run(
+        [sys.executable, "-c", CHILD_GRAPH, store, mode],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    # 3 was cached by this process; 4 is new, so the child runs the node for it alone
+    assert shown.stdout.strip() == "[6, 8] runs: [4]"
+    assert graph.invoke({"n": 4}) == {"n": 8} and app.calls == [3]  # the child's entry
+    monkeypatch.delitem(sys.modules, "cached_app")
 
 
 def test_an_encrypted_serializer_keeps_values_unreadable_at_rest(open_cache):

@@ -21,6 +21,7 @@ packs of batches, atomically where the storage can (one log rewrite on files).
 from __future__ import annotations
 
 import bisect
+import heapq
 import os
 import threading
 import time
@@ -59,6 +60,12 @@ COMPACT_AFTER = 1024
 deletions and TTL refreshes, and at least as many as it has live items."""
 
 
+def _discard(ordered: list[Any], entry: Any) -> None:
+    at = bisect.bisect_left(ordered, entry)
+    if at < len(ordered) and ordered[at] == entry:
+        del ordered[at]
+
+
 def new_batch_name(after: str | None) -> str:
     """A batch name greater than the name ``after`` (of a batch, or its record): nanoseconds
     since the epoch, then randomness.
@@ -87,6 +94,9 @@ class LabelItems:
     items: dict[ItemKey, ItemVersion] = field(default_factory=dict)
     order: list[tuple[int, tuple[str, ...], str]] = field(default_factory=list)
     """Every item as ``(-updated_at, namespace, key)``, sorted: newest first."""
+    by_namespace: dict[tuple[str, ...], list[tuple[int, str]]] = field(default_factory=dict)
+    """Each namespace's items as ``(-updated_at, key)``, sorted: a search of a narrower
+    prefix than the label walks only the namespaces under it."""
     applied: set[str] = field(default_factory=set)
     skipped: set[str] = field(default_factory=set)
     """Batches found damaged (reported): not read again."""
@@ -102,6 +112,7 @@ class LabelItems:
     def reset(self) -> None:
         self.items.clear()
         self.order.clear()
+        self.by_namespace.clear()
         self.applied.clear()
         self.skipped.clear()
         self.greatest = None
@@ -123,6 +134,9 @@ class LabelItems:
                 self.dead += 1
             self.items[(item.namespace, item.key)] = item
             bisect.insort(self.order, (-item.updated_at, item.namespace, item.key))
+            bisect.insort(
+                self.by_namespace.setdefault(item.namespace, []), (-item.updated_at, item.key)
+            )
         self.applied.add(name)
         self.changes += 1
 
@@ -130,18 +144,27 @@ class LabelItems:
         old = self.items.pop(place, None)
         if old is None:
             return False
-        entry = (-old.updated_at, old.namespace, old.key)
-        at = bisect.bisect_left(self.order, entry)
-        if at < len(self.order) and self.order[at] == entry:
-            del self.order[at]
+        _discard(self.order, (-old.updated_at, old.namespace, old.key))
+        own = self.by_namespace[old.namespace]
+        _discard(own, (-old.updated_at, old.key))
+        if not own:
+            del self.by_namespace[old.namespace]
         return True
 
     def newest_first(self, namespace_prefix: tuple[str, ...]) -> Iterator[ItemVersion]:
         """The items under ``namespace_prefix``, newest first, then by namespace and key."""
         size = len(namespace_prefix)
-        for _, namespace, key in self.order:
-            if namespace[:size] == namespace_prefix:
+        if size <= 1:  # the whole label
+            for _, namespace, key in self.order:
                 yield self.items[(namespace, key)]
+            return
+        under = [ns for ns in self.by_namespace if ns[:size] == namespace_prefix]
+        each = [
+            ((newest, namespace, key) for newest, key in self.by_namespace[namespace])
+            for namespace in under
+        ]
+        for _, namespace, key in heapq.merge(*each):
+            yield self.items[(namespace, key)]
 
     @property
     def needs_compaction(self) -> bool:

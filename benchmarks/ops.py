@@ -26,7 +26,7 @@ from chat import MEMORY, SQLITE, VERIFIED_FILES, VERIFIED_MEMORY
 from damage import checkpoint_spans, flip_bytes
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from measure import p50_p99, percentile, rotated, tree_bytes
+from measure import p50_p99, paired_ratio, percentile, rotated, tree_bytes
 from workload import TextSource, big_checkpoints, raw_checkpoints
 
 from langgraph_checkpoint_verified import VerifiedSaver
@@ -95,6 +95,7 @@ def calls_section(settings: Any, workdir: Path) -> dict[str, Any]:
             seconds, _ = timed(savers[name].put, *args)
             samples[name]["put_1mb"].append(seconds)
     savers[SQLITE].conn.close()
+    held = held_values(settings, workdir / "held")
 
     out: dict[str, Any] = {
         "rounds": settings.call_rounds,
@@ -106,7 +107,95 @@ def calls_section(settings: Any, workdir: Path) -> dict[str, Any]:
     for op in ("put", "get_tuple", "list", "put_1mb"):
         stats = {name: p50_p99(samples[name][op]) for name in CALL_SAVERS}
         out[op] = {**stats, "ratios": compare(stats, CALL_COMPARISONS)}
+    out["held"] = held
     return {"calls": out}
+
+
+HELD_CHECKPOINTS = 2_000
+HELD_EVERY = 10
+HELD_VALUE_CHARS = 4_096
+
+
+def held_checkpoints(count: int) -> list[Any]:
+    """``put`` arguments of a thread where a 4 KB ``doc`` channel changes every
+    ``HELD_EVERY``-th checkpoint and a small ``counter`` at each: the newest checkpoint's
+    ``doc`` is held by an older record, as a long-lived document or profile is."""
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+
+    calls = []
+    checkpoint = empty_checkpoint()
+    parent: str | None = None
+    versions: dict[str, int] = {}
+    for step in range(count):
+        checkpoint = {**checkpoint, "id": str(uuid6(clock_seq=step))}
+        values = dict(checkpoint["channel_values"])
+        values["counter"] = step
+        changed = ["counter"]
+        if step % HELD_EVERY == 0:
+            values["doc"] = f"{step:08d}" + "x" * (HELD_VALUE_CHARS - 8)
+            changed.append("doc")
+        new_versions = {}
+        for channel in changed:
+            versions[channel] = versions.get(channel, 0) + 1
+            new_versions[channel] = f"{versions[channel]:032}.{0.5:016}"
+        checkpoint["channel_values"] = values
+        checkpoint["channel_versions"] = {**checkpoint["channel_versions"], **new_versions}
+        config = {"configurable": {"thread_id": "held", "checkpoint_ns": ""}}
+        if parent is not None:
+            config["configurable"]["checkpoint_id"] = parent
+        calls.append((config, checkpoint, {"source": "loop", "step": step}, new_versions))
+        parent = checkpoint["id"]
+    return calls
+
+
+def held_values(settings: Any, workdir: Path) -> dict[str, Any]:
+    """``get_tuple`` of the newest checkpoint whose 4 KB value an older record holds: in
+    interleaved rounds from the savers that wrote the thread, and from new savers."""
+    workdir.mkdir(parents=True)
+    store, db = workdir / "verified", workdir / "sqlite.db"
+    writers = {
+        VERIFIED_FILES: VerifiedSaver(store),
+        SQLITE: SqliteSaver(sqlite3.connect(db, check_same_thread=False)),
+    }
+    count = min(HELD_CHECKPOINTS, settings.history_checkpoints)
+    for args in held_checkpoints(count):
+        for saver in writers.values():
+            saver.put(*args)
+    config = {"configurable": {"thread_id": "held"}}
+    rounds = max(10, settings.call_rounds)
+    warm: dict[str, list[float]] = {name: [] for name in writers}
+    cold: dict[str, list[float]] = {name: [] for name in writers}
+    for round_ in range(rounds):
+        for name in rotated(list(writers), round_):
+            seconds, found = timed(writers[name].get_tuple, config)
+            assert found is not None and len(found.checkpoint["channel_values"]["doc"]) == (
+                HELD_VALUE_CHARS
+            ), name
+            warm[name].append(seconds)
+    for round_ in range(max(5, rounds // 10)):
+        for name in rotated(list(writers), round_):
+            started = time.perf_counter()
+            fresh = open_saver(name, workdir)
+            found = fresh.get_tuple(config)
+            cold[name].append(time.perf_counter() - started)
+            assert found is not None, name
+            if name == SQLITE:
+                fresh.conn.close()
+    writers[SQLITE].conn.close()
+    out: dict[str, Any] = {"checkpoints": count, "every": HELD_EVERY}
+    for label, samples in (("warm", warm), ("new_saver", cold)):
+        stats = {name: p50_p99(s) for name, s in samples.items()}
+        out[label] = {
+            **stats,
+            "ratios": {
+                f"{VERIFIED_FILES} / {SQLITE}": {
+                    "p50": paired_ratio(samples[VERIFIED_FILES], samples[SQLITE]),
+                    "p99": stats[VERIFIED_FILES]["p99_ms"] / stats[SQLITE]["p99_ms"],
+                }
+            },
+        }
+    return out
 
 
 # -- 3 and 6. a 10,000-checkpoint thread ----------------------------------------

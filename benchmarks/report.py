@@ -230,6 +230,30 @@ def calls_tables(results: dict[str, Any]) -> list[str]:
             (VERIFIED_MEMORY, MEMORY, "memory"),
         ):
             lines.extend(percentile_rows(entry, f"{title}, {where}", name, base))
+    held = calls.get("held")
+    if held:
+        lines += [
+            "",
+            f"A value held by an older record: a thread of {held['checkpoints']:,} "
+            f"checkpoints whose 4 KB `doc` channel changes every {held['every']}th "
+            "checkpoint and a small counter at each; `get_tuple` of the newest (its `doc` "
+            "lies in an older record) from the savers that wrote it, in interleaved rounds, "
+            "and from a new saver each time (open included). p50 ratios are medians of "
+            "paired rounds.",
+            "",
+            HEADER,
+        ]
+        lines.extend(
+            percentile_rows(held["warm"], "get_tuple, value held elsewhere", VERIFIED_FILES, SQLITE)
+        )
+        lines.extend(
+            percentile_rows(
+                held["new_saver"],
+                "new saver + get_tuple, value held elsewhere",
+                VERIFIED_FILES,
+                SQLITE,
+            )
+        )
     lines.append("")
     return lines
 

@@ -27,6 +27,7 @@ from damage import checkpoint_spans, flip_bytes
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from measure import p50_p99, paired_ratio, percentile, rotated, tree_bytes
+from memory_bench import measure as memory_over_threads
 from workload import TextSource, big_checkpoints, raw_checkpoints
 
 from langgraph_checkpoint_verified import VerifiedSaver
@@ -272,6 +273,7 @@ def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
     for op in ("get_tuple", "list", "open_get_tuple"):
         stats = {name: p50_p99(samples[name][op]) for name in names}
         out[op] = {**stats, "ratios": compare(stats, [(VERIFIED_FILES, SQLITE)])}
+    out["memory"] = memory_over_threads(workdir / "memory", settings.memory_threads, 10, 3)
     return {"history": out, "recovery": recovery(settings, workdir, store, db, ids)}
 
 

@@ -185,6 +185,19 @@ def history_tables(results: dict[str, Any]) -> list[str]:
     }
     for op, title in titles.items():
         lines.extend(percentile_rows(history[op], title, VERIFIED_FILES, SQLITE))
+    memory = history.get("memory")
+    if memory:
+        gain = memory["gain_mb"]
+        lines.append(
+            row(
+                f"memory a new process gains reading the newest checkpoint of "
+                f"{memory['threads']:,} threads ({memory['steps']} steps each; VmRSS, median "
+                f"of {memory['rounds']} processes each)",
+                f"+{gain[VERIFIED_FILES]:.1f} MB",
+                f"{SQLITE} +{gain[SQLITE]:.1f} MB",
+                "",
+            )
+        )
     lines.append("")
     return lines
 

@@ -62,6 +62,7 @@ class Settings:
     history_checkpoints: int  # length of the long thread
     history_rounds: int  # get_tuple rounds on it
     history_list_every: int  # list(limit=10) in every this many of those rounds
+    memory_threads: int  # threads whose newest checkpoint one process reads (memory gained)
     open_rounds: int  # open + get_tuple rounds on it
     recovery_damaged: tuple[int, ...]
     recovery_repeats: int
@@ -90,6 +91,7 @@ FULL = Settings(
     history_checkpoints=10_000,
     history_rounds=300,
     history_list_every=3,
+    memory_threads=2_000,
     open_rounds=100,
     recovery_damaged=(0, 1, 10, 100),
     recovery_repeats=3,
@@ -118,6 +120,7 @@ QUICK = Settings(
     history_checkpoints=300,
     history_rounds=20,
     history_list_every=2,
+    memory_threads=50,
     open_rounds=10,
     recovery_damaged=(0, 1, 10, 100),
     recovery_repeats=1,

@@ -57,6 +57,12 @@ on disk; 200 keeps a 600-step chat's store within 2.5 times a 300-step one's
 extensions, most of them from a cache when the process wrote them."""
 
 _REMEMBERED_LISTS = 1024
+"""Lists a put stored, by channel: the threads this process is writing."""
+_READ_LISTS = 128
+"""Lists read back and not yet extended by a put: a run reads its thread's newest
+checkpoint and puts soon after, so only the runs in flight need theirs. A process that
+reads many threads and writes none (a server answering ``get_state``, the command line)
+keeps no more than this many lists of messages alive."""
 
 ValueParts = list[tuple[Typed, "int | None"]]
 """A value's serialized parts, oldest first, each with the item count of its base."""
@@ -100,6 +106,7 @@ class ListMemory:
     def __init__(self, max_chain: int = DEFAULT_MAX_CHAIN) -> None:
         self.max_chain = max_chain
         self._lists: OrderedDict[tuple[str, str, str], _Stored] = OrderedDict()
+        self._read: OrderedDict[tuple[str, str, str], _Stored] = OrderedDict()
         self._lock = threading.Lock()
 
     def encode(
@@ -121,7 +128,7 @@ class ListMemory:
             self.forget(where)
             return StoredValue(version, VALUE_FULL, serde.dumps_typed(value))
         with self._lock:
-            last = self._lists.get(where)
+            last = self._read.pop(where, None) or self._lists.get(where)
         stored: StoredValue | None = None
         chain = 0
         if (
@@ -166,19 +173,22 @@ class ListMemory:
             return
         with self._lock:
             # even after our own put of this version: the run goes on with these objects
-            self._lists[where] = _Stored(version, holder_id, list(value), depth)
-            self._lists.move_to_end(where)
-            while len(self._lists) > _REMEMBERED_LISTS:
-                self._lists.popitem(last=False)
+            # (kept apart from the lists puts stored until a put extends it: see _READ_LISTS)
+            self._read[where] = _Stored(version, holder_id, list(value), depth)
+            self._read.move_to_end(where)
+            while len(self._read) > _READ_LISTS:
+                self._read.popitem(last=False)
 
     def forget(self, where: tuple[str, str, str]) -> None:
         with self._lock:
             self._lists.pop(where, None)
+            self._read.pop(where, None)
 
     def forget_thread(self, thread_id: str) -> None:
         with self._lock:
-            for where in [w for w in self._lists if w[0] == thread_id]:
-                del self._lists[where]
+            for lists in (self._lists, self._read):
+                for where in [w for w in lists if w[0] == thread_id]:
+                    del lists[where]
 
 
 class PartsCache:

@@ -853,25 +853,33 @@ def _view(found) -> list[tuple[tuple[str, ...], str, Any]]:
     return sorted((tuple(i.namespace), i.key, i.value) for i in found)
 
 
+def _apply_to_both(
+    verified: VerifiedStore, reference: InMemoryStore, operation: str, args: list[Any]
+) -> None:
+    """One put, delete, get or search on both stores; what they return must agree."""
+    if operation == "put":
+        verified.put(*args)
+        reference.put(*args)
+    elif operation == "delete":
+        verified.delete(*args)
+        reference.delete(*args)
+    elif operation == "get":
+        mine, theirs = verified.get(*args), reference.get(*args)
+        assert (mine and mine.value) == (theirs and theirs.value)
+    else:
+        prefix, filter = args
+        assert _view(verified.search(prefix, filter=filter, limit=100)) == _view(
+            reference.search(prefix, filter=filter, limit=100)
+        )
+
+
 @settings(derandomize=True, database=None, max_examples=150, deadline=None)
 @given(OPERATIONS)
 def test_it_behaves_as_in_memory_store(operations):
     verified, reference = VerifiedStore.in_memory(), InMemoryStore()
     for operation, *args in operations:
-        if operation == "put":
-            verified.put(*args)
-            reference.put(*args)
-        elif operation == "delete":
-            verified.delete(*args)
-            reference.delete(*args)
-        elif operation == "get":
-            mine, theirs = verified.get(*args), reference.get(*args)
-            assert (mine and mine.value) == (theirs and theirs.value)
-        elif operation == "search":
-            prefix, filter = args
-            assert _view(verified.search(prefix, filter=filter, limit=100)) == _view(
-                reference.search(prefix, filter=filter, limit=100)
-            )
+        if operation != "list":
+            _apply_to_both(verified, reference, operation, args)
         else:
             prefix, depth = args
             # InMemoryStore keeps listing a namespace whose items were all deleted
@@ -919,20 +927,8 @@ def test_on_files_it_behaves_as_in_memory_store_through_compaction_and_reopening
                 if step in compact_at:
                     for label in verified.logs.labels():
                         verified.logs.compact(label)
-                if operation == "put":
-                    verified.put(*args)
-                    reference.put(*args)
-                elif operation == "delete":
-                    verified.delete(*args)
-                    reference.delete(*args)
-                elif operation == "get":
-                    mine, theirs = verified.get(*args), reference.get(*args)
-                    assert (mine and mine.value) == (theirs and theirs.value)
-                elif operation == "search":
-                    prefix, filter = args
-                    assert _view(verified.search(prefix, filter=filter, limit=100)) == _view(
-                        reference.search(prefix, filter=filter, limit=100)
-                    )
+                if operation != "list":
+                    _apply_to_both(verified, reference, operation, args)
             expected = _view(reference.search((), limit=1000))
             assert _view(verified.search((), limit=1000)) == expected
             again = VerifiedStore(directory)

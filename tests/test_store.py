@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import pytest
 import time_machine
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
@@ -875,6 +875,16 @@ def _apply_to_both(
 
 @settings(derandomize=True, database=None, max_examples=150, deadline=None)
 @given(OPERATIONS)
+# several namespaces under a prefix narrower than its first label, whatever is drawn
+@example(
+    [
+        ("put", ("a", "b"), "l", {"n": 0, "tag": "x"}),
+        ("put", ("a", "b", "c"), "k", {"n": 0, "tag": "x"}),
+        ("put", ("a", "b"), "k", {"n": 1, "tag": "y"}),
+        ("search", ("a", "b"), None),
+        ("search", ("a",), {"tag": "x"}),
+    ]
+)
 def test_it_behaves_as_in_memory_store(operations):
     verified, reference = VerifiedStore.in_memory(), InMemoryStore()
     for operation, *args in operations:
@@ -905,6 +915,17 @@ def test_it_behaves_as_in_memory_store(operations):
     OPERATIONS,
     st.lists(st.integers(0, 29), max_size=3),
     st.lists(st.integers(0, 29), max_size=3),
+)
+@example(
+    [
+        ("put", ("a", "b"), "l", {"n": 0, "tag": "x"}),
+        ("put", ("a", "b", "c"), "k", {"n": 0, "tag": "x"}),
+        ("put", ("a", "b"), "k", {"n": 1, "tag": "y"}),
+        ("search", ("a", "b"), None),
+        ("search", ("a",), {"tag": "x"}),
+    ],
+    [3],
+    [],
 )
 def test_on_files_it_behaves_as_in_memory_store_through_compaction_and_reopening(
     operations, reopen_at, compact_at

@@ -60,6 +60,13 @@ COMPACT_AFTER = 1024
 deletions and TTL refreshes, and at least as many as it has live items."""
 
 
+def _in_namespace(
+    namespace: tuple[str, ...], ordered: list[tuple[int, str]]
+) -> Iterator[tuple[int, tuple[str, ...], str]]:
+    """A namespace's ``(-updated_at, key)`` entries as ``(-updated_at, namespace, key)``."""
+    return ((newest, namespace, key) for newest, key in ordered)
+
+
 def _discard(ordered: list[Any], entry: Any) -> None:
     at = bisect.bisect_left(ordered, entry)
     if at < len(ordered) and ordered[at] == entry:
@@ -158,10 +165,10 @@ class LabelItems:
             for _, namespace, key in self.order:
                 yield self.items[(namespace, key)]
             return
-        under = [ns for ns in self.by_namespace if ns[:size] == namespace_prefix]
         each = [
-            ((newest, namespace, key) for newest, key in self.by_namespace[namespace])
-            for namespace in under
+            _in_namespace(namespace, ordered)
+            for namespace, ordered in self.by_namespace.items()
+            if namespace[:size] == namespace_prefix
         ]
         for _, namespace, key in heapq.merge(*each):
             yield self.items[(namespace, key)]

@@ -17,7 +17,7 @@ import threading
 from echo_graph import build_graph
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from test_s3 import THREAD, put_chain, s3_storage
+from test_s3 import THREAD, put_chain, put_step, s3_storage
 
 from langgraph_checkpoint_verified import VerifiedSaver
 
@@ -74,7 +74,7 @@ def test_past_fresh_for_objects_are_revalidated_without_their_bytes(fault_proxy,
     fault_proxy.clear_counts()
     put_chain_from = configs[-1]
     for n in range(4, 7):
-        put_chain_from = put_chain_step(saver, put_chain_from, n)
+        put_chain_from = put_step(saver, put_chain_from, n)
     assert counted(fault_proxy) == only(PUT=3, HEAD=3)
 
     fault_proxy.clear_counts()
@@ -104,17 +104,6 @@ def test_an_object_listed_with_another_etag_is_read_again(fault_proxy, s3_bucket
     assert writer.get_tuple(THREAD).config == configs[-2]
     assert writer.stats.damaged_records == 1
     assert [r.method for r in fault_proxy.requests].count("GET") >= 1
-
-
-def put_chain_step(saver: VerifiedSaver, parent: dict, n: int) -> dict:
-    return saver.put(
-        parent,
-        generate_checkpoint(
-            channel_values={"x": n, "log": list(range(n))}, channel_versions={"x": n, "log": n}
-        ),
-        generate_metadata(step=n),
-        {"x": n, "log": n},
-    )
 
 
 class ThreadRecordingSerde(JsonPlusSerializer):

@@ -849,6 +849,17 @@ OPERATIONS = st.lists(
 )
 
 
+NARROW_PREFIX = [
+    ("put", ("a", "b"), "l", {"n": 0, "tag": "x"}),
+    ("put", ("a", "b", "c"), "k", {"n": 0, "tag": "x"}),
+    ("put", ("a", "b"), "k", {"n": 1, "tag": "y"}),
+    ("search", ("a", "b"), None),
+    ("search", ("a",), {"tag": "x"}),
+]
+"""Several namespaces under a prefix narrower than their first label: tried by both model
+tests whatever Hypothesis draws."""
+
+
 def _view(found) -> list[tuple[tuple[str, ...], str, Any]]:
     return sorted((tuple(i.namespace), i.key, i.value) for i in found)
 
@@ -875,16 +886,7 @@ def _apply_to_both(
 
 @settings(derandomize=True, database=None, max_examples=150, deadline=None)
 @given(OPERATIONS)
-# several namespaces under a prefix narrower than its first label, whatever is drawn
-@example(
-    [
-        ("put", ("a", "b"), "l", {"n": 0, "tag": "x"}),
-        ("put", ("a", "b", "c"), "k", {"n": 0, "tag": "x"}),
-        ("put", ("a", "b"), "k", {"n": 1, "tag": "y"}),
-        ("search", ("a", "b"), None),
-        ("search", ("a",), {"tag": "x"}),
-    ]
-)
+@example(NARROW_PREFIX)
 def test_it_behaves_as_in_memory_store(operations):
     verified, reference = VerifiedStore.in_memory(), InMemoryStore()
     for operation, *args in operations:
@@ -917,13 +919,7 @@ def test_it_behaves_as_in_memory_store(operations):
     st.lists(st.integers(0, 29), max_size=3),
 )
 @example(
-    [
-        ("put", ("a", "b"), "l", {"n": 0, "tag": "x"}),
-        ("put", ("a", "b", "c"), "k", {"n": 0, "tag": "x"}),
-        ("put", ("a", "b"), "k", {"n": 1, "tag": "y"}),
-        ("search", ("a", "b"), None),
-        ("search", ("a",), {"tag": "x"}),
-    ],
+    NARROW_PREFIX,
     [3],
     [],
 )

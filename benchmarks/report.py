@@ -322,11 +322,12 @@ def recovery_tables(results: dict[str, Any]) -> list[str]:
     if "skipped" in rec:
         return [*lines, f"Not measured: {rec['skipped']}.", ""]
     lines += [
-        f"A {rec['checkpoints']:,}-checkpoint thread (section 3's store, hard-linked copies), "
-        f"one byte flipped in the middle of each of the newest K checkpoint records (in "
-        f"their files, or their entries of the thread's log); median of "
-        f"{rec['repeats']}. First read quarantines the damage; the second is a new saver "
-        f"on the repaired copy. Baseline: SqliteSaver open + get_tuple, undamaged "
+        f"A {rec['checkpoints']:,}-checkpoint thread (section 3's store, copies with their "
+        f"logs hard-linked), one byte flipped in the middle of each of the newest K "
+        f"checkpoint records (in their files, or their entries of the thread's log); median "
+        f"of {rec['repeats']}. The first read rebuilds each damaged record it reads from the "
+        f"log's parity, or quarantines it and falls back; the second is a new saver on the "
+        f"repaired copy. Baseline: SqliteSaver open + get_tuple, undamaged "
         f"(SQLite cannot fall back past damage).",
         "",
         HEADER,
@@ -335,7 +336,8 @@ def recovery_tables(results: dict[str, Any]) -> list[str]:
         note = "" if case["returned_expected"] else ", returned the wrong checkpoint!"
         lines.append(
             row(
-                f"K={damaged}, first read ({case['quarantined_records']} quarantined{note})",
+                f"K={damaged}, first read ({case['quarantined_records']} quarantined, "
+                f"{case.get('healed_blocks', 0)} blocks rebuilt{note})",
                 ms(case["first_read_ms"]),
                 f"SqliteSaver {ms(case['sqlite_open_get_tuple_ms'])}",
                 x(case["first_ratio_vs_sqlite"]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import struct
 import zlib
 
@@ -21,6 +22,7 @@ from langgraph_checkpoint_verified.storage.log import file_storage
 from langgraph_checkpoint_verified.storage.log.entries import (
     HINT_MAGIC,
     HINT_VERSION,
+    LOG_TAIL_SIZE,
     decode_hint_index,
     encode_hint,
     hint_block,
@@ -111,15 +113,75 @@ def test_a_hint_of_an_earlier_layout_is_ignored_and_replaced(tmp_path):
         data = struct.pack("<4sB3xQQ", HINT_MAGIC, version, stat.st_ino, stat.st_size)
         data += ormsgpack.packb(body)
         hint.write_bytes(data + struct.pack("<I", zlib.crc32(data)))
-        assert decode_hint_index(hint.read_bytes(), stat.st_ino, stat.st_size) is None
+        assert decode_hint_index(hint.read_bytes(), tail_of(log), stat.st_size) is None
         assert newest_step(root) == 1499
         assert len(list(VerifiedSaver(root).list(THREAD))) == 1500
-        assert decode_hint_index(hint.read_bytes(), stat.st_ino, stat.st_size) is not None
+        assert decode_hint_index(hint.read_bytes(), tail_of(log), stat.st_size) is not None
+
+
+def test_version_3_named_its_log_by_inode_and_is_read_past(tmp_path):
+    root = tmp_path / "store"
+    fill(VerifiedSaver(root, fsync=False), 1500)
+    log, hint = root / "threads/t/log", root / "threads/t" / HINT_NAME
+    newest_step(root)
+    data = bytearray(hint.read_bytes())
+    data[4] = 3  # the same hint, as version 3 would have read it
+    hint.write_bytes(bytes(data))
+    assert decode_hint_index(bytes(data), tail_of(log), log.stat().st_size) is None
+    assert newest_step(root) == 1499
+    assert hint.read_bytes()[4] == HINT_VERSION
+
+
+def tail_of(log) -> object:
+    """Reads a log's bytes just before where a hint says it ends."""
+    return lambda end: log.read_bytes()[end - LOG_TAIL_SIZE : end]
+
+
+def test_a_copied_store_keeps_using_its_hint_and_a_rewritten_log_does_not(tmp_path, monkeypatch):
+    """A hint names its log by the bytes where it ends, not by the file: a copy of the store
+    (new inodes: a backup restored, ``cp -r``) opens from its hint; a log whose bytes there
+    changed (compacted, or a crash lost what the hint covered) is read whole."""
+    scans = []
+    read_tail = FileStorage._read_tail
+    monkeypatch.setattr(
+        FileStorage,
+        "_read_tail",
+        lambda self, log, fd, size: scans.append(size - log.end) or read_tail(self, log, fd, size),
+    )
+    root = tmp_path / "store"
+    fill(VerifiedSaver(root, fsync=False), 1500)
+    newest_step(root)  # leaves a hint, if the writer's is too far behind
+    scans.clear()
+    assert newest_step(root) == 1499
+    after_hint = sum(scans)  # what is read of the log past its hint
+    assert after_hint < HINT_AFTER_BYTES
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    assert os.stat(copy / "threads/t/log").st_ino != os.stat(root / "threads/t/log").st_ino
+    scans.clear()
+    assert newest_step(copy) == 1499
+    assert sum(scans) == after_hint  # the copy opens from its hint as the original does
+    # the same size, other bytes where the hint ends: not this hint's log
+    log = copy / "threads/t/log"
+    data = bytearray(log.read_bytes())
+    hint_end = decode_hint_index(
+        (copy / "threads/t" / HINT_NAME).read_bytes(), tail_of(log), 10**12
+    )
+    assert hint_end is not None
+    data[hint_end.end - 1] ^= 0xFF  # the last entry's checksum
+    log.write_bytes(bytes(data))
+    scans.clear()
+    assert (
+        decode_hint_index((copy / "threads/t" / HINT_NAME).read_bytes(), tail_of(log), len(data))
+        is None
+    )
+    assert newest_step(copy) in (1499, 1498)  # healed from parity, or the one before it
+    assert sum(scans) == len(data)  # the whole log read
 
 
 def raw_hint(blocks: list[tuple[list, bytes]], first_keys: list | None = None) -> bytes:
     """A version 3 hint of these blocks, every checksum right, whatever the blocks hold."""
-    header = struct.pack("<4sB3xQQ", HINT_MAGIC, HINT_VERSION, 7, 100)
+    header = struct.pack("<4sB3x8sQ", HINT_MAGIC, HINT_VERSION, TAIL, 100)
     parts, spans, offset = [header], b"", len(header)
     for keys, positions in blocks:
         block = ormsgpack.packb([keys, positions])
@@ -135,13 +197,16 @@ def raw_hint(blocks: list[tuple[list, bytes]], first_keys: list | None = None) -
     return b"".join([*parts, index, footer])
 
 
+TAIL = b"end-of-7"
+
+
 def positions(*numbers: int) -> bytes:
     return struct.pack(f"<{len(numbers)}Q", *numbers)
 
 
 def test_a_hint_block_whose_checksum_holds_but_that_makes_no_sense_is_refused():
     good = raw_hint([(["a/x", "a/y"], positions(16, 10, 30, 10)), (["a/z"], positions(50, 5))])
-    index = decode_hint_index(good, 7, 120)
+    index = decode_hint_index(good, lambda end: TAIL, 120)
     assert [hint_block(good, index, n) for n in (0, 1)] == [
         [("a/x", (16, 10)), ("a/y", (30, 10))],
         [("a/z", (50, 5))],
@@ -156,7 +221,7 @@ def test_a_hint_block_whose_checksum_holds_but_that_makes_no_sense_is_refused():
         ([([], b"")], ["a"]),
     ):
         hint = raw_hint(blocks, first_keys)
-        index = decode_hint_index(hint, 7, 120)
+        index = decode_hint_index(hint, lambda end: TAIL, 120)
         assert index is None or hint_block(hint, index, 0) is None, blocks
 
 
@@ -175,7 +240,7 @@ def test_a_block_damaged_after_the_hint_was_opened_sends_the_reader_to_the_log(
     assert reader.get_tuple(THREAD).metadata["step"] == 1499  # the index and a few blocks
     hint = root / "threads/t" / HINT_NAME
     data = bytearray(hint.read_bytes())
-    index = decode_hint_index(bytes(data), os.stat(root / "threads/t/log").st_ino, 10**12)
+    index = decode_hint_index(bytes(data), tail_of(root / "threads/t/log"), 10**12)
     offset, size, _ = index.blocks[0]
     with open(hint, "r+b") as f:  # the same file the reader holds open
         f.seek(offset + size // 2)
@@ -203,8 +268,8 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
     keys += [f"threads/t/mixed/z/{n:04d}" for n in range(600)]
     positions = {key: (n * 10, 10) for n, key in enumerate(keys)}
     hint = tmp_path / HINT_NAME
-    hint.write_bytes(encode_hint(1, 10**9, [(k, *where) for k, where in positions.items()]))
-    index = decode_hint_index(hint.read_bytes(), 1, 10**9)
+    hint.write_bytes(encode_hint(TAIL, 10**9, [(k, *where) for k, where in positions.items()]))
+    index = decode_hint_index(hint.read_bytes(), lambda end: TAIL, 10**9)
     assert len(index.blocks) > 6
     stat = hint.stat()
 

@@ -247,10 +247,13 @@ def _next_entry(raw: bytes, view: memoryview, offset: int) -> Entry | None:
 # -- hints -----------------------------------------------------------------------------
 
 HINT_MAGIC = b"LGCH"
-HINT_VERSION = 3
+HINT_VERSION = 4
 HINT_BLOCK_KEYS = 256
 """Keys per block: a reader decodes the blocks it needs, not the whole hint."""
-_HINT_HEADER = struct.Struct("<4sB3xQQ")
+_HINT_HEADER = struct.Struct("<4sB3x8sQ")
+LOG_TAIL_SIZE = 8
+"""How many of the log's bytes, those just before where a hint ends, the hint holds: a
+hint is of a log whose bytes there are the same (its last entry's checksum and data)."""
 _HINT_FOOTER = struct.Struct("<QQI4s")
 _HINT_FOOTER_MAGIC = b"LGCI"
 HINT_MIN_SIZE = _HINT_HEADER.size + _HINT_FOOTER.size
@@ -269,16 +272,22 @@ class HintIndex:
     """Each block's offset in the hint file, size, and CRC-32."""
 
 
-def encode_hint(log_inode: int, end: int, entries: list[tuple[str, int, int]]) -> bytes:
-    """A saved key directory: which entry data of the log (``log_inode``) each key holds.
+def encode_hint(log_tail: bytes, end: int, entries: list[tuple[str, int, int]]) -> bytes:
+    """A saved key directory: which entry data of the log each key holds.
+
+    The hint names its log by content, not by file: ``log_tail`` is the log's
+    ``LOG_TAIL_SIZE`` bytes just before ``end``, the checksum that closes the
+    last entry covered and the data before it. A log copied, restored from a
+    backup or rewritten byte for byte keeps its hint; a log compacted since, or
+    whose covered bytes were lost in a crash, no longer ends that way there.
 
     Keys are sorted and cut into blocks of ``HINT_BLOCK_KEYS``, so that a
     reader finds a key, or the greatest key under a prefix, by reading the
     index and one block, whatever the number of keys (an SSTable's index
     block and data blocks). Layout (integers little-endian):
 
-    * header: magic ``LGCH``, version (u8), 3 reserved bytes, the log's inode
-      (u64), how many bytes of the log the hint covers (u64);
+    * header: magic ``LGCH``, version (u8), 3 reserved bytes, the log's tail
+      (8 bytes), how many bytes of the log the hint covers (u64);
     * the blocks, each a msgpack array ``[keys, positions]``: the block's keys
       in order, and a bin of two u64 per key, its record's data offset and size;
     * the index, a msgpack array ``[first_keys, blocks]``: each block's first
@@ -287,14 +296,17 @@ def encode_hint(log_inode: int, end: int, entries: list[tuple[str, int, int]]) -
       and the index (u32), magic ``LGCI``.
 
     Example:
-        >>> hint = encode_hint(7, 100, [("threads/t/y", 80, 20), ("threads/t/x", 16, 60)])
-        >>> index = decode_hint_index(hint, log_inode=7, log_size=120)
+        >>> tail = b"\\x01" * LOG_TAIL_SIZE
+        >>> hint = encode_hint(tail, 100, [("threads/t/y", 80, 20), ("threads/t/x", 16, 60)])
+        >>> index = decode_hint_index(hint, lambda end: tail, log_size=120)
         >>> index.first_keys, hint_block(hint, index, 0)
         (['threads/t/x'], [('threads/t/x', (16, 60)), ('threads/t/y', (80, 20))])
-        >>> decode_hint_index(hint, log_inode=8, log_size=120) is None  # another file now
+        >>> decode_hint_index(hint, lambda end: bytes(8), log_size=120) is None  # another log
         True
     """
-    header = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_inode, end)
+    if len(log_tail) != LOG_TAIL_SIZE:
+        raise ValueError(f"a hint names its log by {LOG_TAIL_SIZE} bytes, not {len(log_tail)}")
+    header = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_tail, end)
     ordered = sorted(entries)
     parts = [header]
     offset = len(header)
@@ -318,12 +330,17 @@ def encode_hint(log_inode: int, end: int, entries: list[tuple[str, int, int]]) -
 
 
 def decode_hint_index(
-    data: bytes | Callable[[int, int], bytes], log_inode: int, log_size: int, size: int = -1
+    data: bytes | Callable[[int, int], bytes],
+    log_tail: Callable[[int], bytes],
+    log_size: int,
+    size: int = -1,
 ) -> HintIndex | None:
     """The hint's coverage and block index, or ``None`` if it is damaged or not of this log.
 
     ``data`` is the hint's bytes, or a function reading ``(size, offset)`` of a
     hint file of ``size`` bytes: only the header, the footer and the index are read.
+    ``log_tail(end)`` reads the log's ``LOG_TAIL_SIZE`` bytes just before ``end``,
+    once the hint is otherwise found sound and within the log's ``log_size``.
     """
     read = _reader(data)
     if size < 0:
@@ -334,14 +351,13 @@ def decode_hint_index(
     footer = read(_HINT_FOOTER.size, size - _HINT_FOOTER.size)
     if len(header) != _HINT_HEADER.size or len(footer) != _HINT_FOOTER.size:
         return None
-    magic, version, inode, end = _HINT_HEADER.unpack(header)
+    magic, version, tail, end = _HINT_HEADER.unpack(header)
     index_offset, index_size, stored, footer_magic = _HINT_FOOTER.unpack(footer)
     if (
         magic != HINT_MAGIC
         or footer_magic != _HINT_FOOTER_MAGIC
         or version != HINT_VERSION
-        or inode != log_inode
-        or end > log_size
+        or not LOG_TAIL_SIZE <= end <= log_size
         or index_offset + index_size != size - _HINT_FOOTER.size
     ):
         return None
@@ -361,6 +377,8 @@ def decode_hint_index(
             return None
     except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
         return None
+    if log_tail(end) != tail:
+        return None  # another log now (compacted since), or the bytes it covered are gone
     blocks = list(zip(spans[0::3], spans[1::3], spans[2::3], strict=True))
     return HintIndex(end, first_keys, blocks)
 

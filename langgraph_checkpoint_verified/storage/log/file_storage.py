@@ -64,6 +64,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     CHECKSUM_SIZE,
     DELETE,
     HEADER_SIZE,
+    LOG_TAIL_SIZE,
     PUT,
     DamagedSpan,
     decode_hint_index,
@@ -97,9 +98,9 @@ LOG_PARENTS = ("threads", "memories")
 HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 HINT_AFTER_BYTES = 256 * 1024
-"""A process that read this much of a log past its hint to open it leaves a new hint for
-the next one; one that appended or caught up with this much, and twice the hint's size
-(a long log's hint is rewritten whole: see ``_hint_due``), likewise."""
+"""A process that appended, caught up with or read to open the thread this much of a log
+past its hint, and twice the hint's own size, leaves a new hint (a hint is rewritten
+whole, so a long log's is rewritten less often: see ``_hint_due``)."""
 _OPEN_LOGS = 256
 _OPENINGS = itertools.count(1)
 
@@ -243,10 +244,7 @@ class FileStorage:
             return
         if not log.index:  # a hint covers the log only: record files are listed above
             self._read_hint(log, fd)
-        self._read_tail(log, fd, os.fstat(fd).st_size)
-        if log.end - log.hint_end >= HINT_AFTER_BYTES:
-            # this process read that much to open the thread: the next one need not
-            self._write_hint(log)
+        self._read_tail(log, fd, os.fstat(fd).st_size)  # leaves a new hint if one is due
 
     def _read_hint(self, log: ThreadLog, fd: int) -> None:
         """Take the key directory from the log's hint, if it is intact and of this log:
@@ -260,7 +258,7 @@ class FileStorage:
             hint_stat, log_stat = os.fstat(hint_fd), os.fstat(fd)
             index = decode_hint_index(
                 lambda size, offset: os.pread(hint_fd, size, offset),
-                log_stat.st_ino,
+                lambda end: os.pread(fd, LOG_TAIL_SIZE, end - LOG_TAIL_SIZE),
                 log_stat.st_size,
                 size=hint_stat.st_size,
             )
@@ -298,7 +296,7 @@ class FileStorage:
         rename), and ignored unless it names the current log. A log with damage
         or record files in it gets none: those are found by reading it.
         """
-        if log.holds_damage or log.ino is None:
+        if log.holds_damage or log.fd is None or log.end < LOG_TAIL_SIZE:
             return
         entries = []
         for key, where in log.index.items():
@@ -306,9 +304,11 @@ class FileStorage:
                 log.hint_end = log.end  # not again before the log has grown as much again
                 return
             entries.append((key, where[0], where[1]))
-        data = encode_hint(log.ino, log.end, entries)
         temp = temp_path(log.directory)
         try:
+            data = encode_hint(
+                os.pread(log.fd, LOG_TAIL_SIZE, log.end - LOG_TAIL_SIZE), log.end, entries
+            )
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             try:
                 _write_all(fd, data)

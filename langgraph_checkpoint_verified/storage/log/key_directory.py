@@ -32,7 +32,7 @@ class KeyDirectory(dict[str, Any]):
         self.greatest: dict[str, str] = {}
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key not in self:
+        if not dict.__contains__(self, key):
             parent, _, name = key.rpartition("/")
             names = self.leaves.get(parent)
             if names is None:

@@ -296,7 +296,7 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
             whole[key] = where
         for step in range(12):
             # a run starts with a question, asked of a directory with no block read
-            action = rng.randrange(2, 7) if step == 0 else rng.randrange(7)
+            action = rng.randrange(2, 7) if step == 0 else rng.randrange(8)
             key = rng.choice([*rng.sample(keys, 3), rng.choice(newer), rng.choice(older)])
             prefix = rng.choice(narrow)
             if action == 0:
@@ -314,6 +314,18 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
                 assert sorted(lazy.names_under(prefix)) == sorted(whole.names_under(prefix))
             elif action == 4:
                 assert sorted(lazy.keys_under(prefix)) == sorted(whole.keys_under(prefix))
+            elif action == 7:
+                # a stretch of log applied at once, to one directory or the other
+                stretch = [*rng.sample(keys, 4), *rng.sample(newer, 3), *rng.sample(older, 3)]
+                changes = {k: rng.choice([None, (step, 2)]) for k in stretch}
+                at_once, one_by_one = (lazy, whole) if rng.random() < 0.5 else (whole, lazy)
+                held = {k: one_by_one.get(k) for k in changes if one_by_one.get(k) is not None}
+                for k, where in changes.items():
+                    if where is not None:
+                        one_by_one[k] = where
+                    elif k in one_by_one:
+                        del one_by_one[k]
+                assert at_once.apply(changes) == held
             else:
                 assert lazy.greatest_name_under(prefix) == whole.greatest_name_under(prefix)
             unread_answers += lazy._index is not None

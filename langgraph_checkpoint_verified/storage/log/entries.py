@@ -36,6 +36,7 @@ import zlib
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import ormsgpack
 
@@ -51,9 +52,9 @@ MAX_KEY_SIZE = 0xFFFF
 MIN_ENTRY_SIZE = HEADER_SIZE + CHECKSUM_SIZE
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One intact entry: its kind, key, and where its data lies in the log."""
+class Entry(NamedTuple):
+    """One intact entry: its kind, key, and where its data lies in the log (a tuple: a
+    scan makes one per entry, opening a thread many)."""
 
     kind: int
     key: str
@@ -63,6 +64,11 @@ class Entry:
     data_size: int
     end: int
     """Where the next entry starts."""
+
+
+_CHECKSUM = struct.Struct("<I")
+_new_entry = tuple.__new__
+"""Makes an ``Entry`` from its fields in order, without ``Entry.__new__``'s keywords."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ def encode_entry(kind: int, key: str, data: bytes = b"") -> bytes:
     if len(key_bytes) > MAX_KEY_SIZE:
         raise ValueError(f"key of {len(key_bytes)} bytes is longer than {MAX_KEY_SIZE}")
     body = _HEADER.pack(ENTRY_MAGIC, kind, 0, len(key_bytes), len(data)) + key_bytes + data
-    return body + struct.pack("<I", zlib.crc32(body))
+    return body + _CHECKSUM.pack(zlib.crc32(body))
 
 
 def entry_is_intact(entry: bytes) -> bool:
@@ -118,21 +124,16 @@ def _entry_at(view: memoryview, offset: int) -> Entry | str:
     body_end = offset + HEADER_SIZE + key_size + data_size
     if body_end + CHECKSUM_SIZE > len(view):
         return "incomplete entry"
-    (stored,) = struct.unpack_from("<I", view, body_end)
+    (stored,) = _CHECKSUM.unpack_from(view, body_end)
     if zlib.crc32(view[offset:body_end]) != stored:
         return "entry checksum mismatch"
     key_start = offset + HEADER_SIZE
     try:
-        key = bytes(view[key_start : key_start + key_size]).decode("utf-8", "surrogatepass")
+        key = str(view[key_start : key_start + key_size], "utf-8", "surrogatepass")
     except UnicodeDecodeError:
         return "entry key is not UTF-8"
-    return Entry(
-        kind=kind,
-        key=key,
-        offset=offset,
-        data_offset=key_start + key_size,
-        data_size=data_size,
-        end=body_end + CHECKSUM_SIZE,
+    return _new_entry(
+        Entry, (kind, key, offset, key_start + key_size, data_size, body_end + CHECKSUM_SIZE)
     )
 
 

@@ -67,6 +67,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     LOG_TAIL_SIZE,
     PUT,
     DamagedSpan,
+    Entry,
     decode_hint_index,
     encode_entry,
     encode_hint,
@@ -87,6 +88,7 @@ from langgraph_checkpoint_verified.storage.log.thread_log import (
     DamagedBytes,
     DamagedEntry,
     ThreadLog,
+    apply_entries,
     apply_entry,
 )
 
@@ -362,9 +364,14 @@ class FileStorage:
                 self._healed(log, rebuilt_blocks(data, base, stripes), None)
                 data = patch(data, base, stripes)
                 entries, damaged, end = scan(data)
+        thread_key = os.path.relpath(log.directory, self.files.location(""))
+        if not damaged and self._apply_entries(log, base, entries, thread_key):
+            log.end = base + end
+            if self._hint_due(log):
+                self._write_hint(log)
+            return
         spans = iter(damaged)
         span = next(spans, None)
-        thread_key = os.path.relpath(log.directory, self.files.location(""))
         for entry in entries:
             while span is not None and span.offset < entry.offset:
                 self._found_damage(log, base, span, data)
@@ -387,6 +394,22 @@ class FileStorage:
         log.end = base + end
         if self._hint_due(log):
             self._write_hint(log)
+
+    def _apply_entries(
+        self, log: ThreadLog, base: int, entries: builtins.list[Entry], thread_key: str
+    ) -> bool:
+        """Take intact entries of this thread, read from ``base`` on with no damage between
+        them, into the key directory: each key once, as its last entry left it. ``False``
+        (nothing taken) if one is another thread's: that is damage, reported in order."""
+        changes: dict[str, tuple[int, int] | None] = {}
+        for entry in entries:
+            if self._thread_dir_key(entry.key) != thread_key:
+                return False
+            changes[entry.key] = (
+                (base + entry.data_offset, entry.data_size) if entry.kind == PUT else None
+            )
+        apply_entries(log, changes)
+        return True
 
     def _found_damage(self, log: ThreadLog, base: int, span: DamagedSpan, data: bytes) -> None:
         raw = data[span.offset : span.end]

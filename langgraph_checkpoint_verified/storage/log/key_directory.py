@@ -57,6 +57,32 @@ class KeyDirectory(dict[str, Any]):
         self.greatest.pop(parent, None)  # found again when asked
         super().update(zip([f"{parent}/{name}" for name in names], positions, strict=True))
 
+    def apply(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Set each key of ``changes`` to its value, or remove it where the value is
+        ``None``: what a stretch of log left, applied a directory at a time. Returns what
+        the keys held before (those that held something)."""
+        before: dict[str, Any] = {}
+        added: dict[str, tuple[builtins.list[str], builtins.list[Any]]] = {}
+        for key, value in changes.items():
+            held = dict.get(self, key)
+            if held is not None:
+                before[key] = held
+                if value is None:
+                    del self[key]
+                else:
+                    dict.__setitem__(self, key, value)
+            elif value is not None:
+                parent, _, name = key.rpartition("/")
+                names, positions = added.setdefault(parent, ([], []))
+                names.append(name)
+                positions.append(value)
+        for parent, (names, positions) in added.items():
+            greatest = self.greatest.get(parent)
+            self.add_names(parent, names, positions)
+            if greatest is not None:  # kept up to date rather than found again
+                self.greatest[parent] = max(greatest, max(names))
+        return before
+
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
         parent, _, name = key.rpartition("/")
@@ -232,6 +258,14 @@ class HintedDirectory(KeyDirectory):
     def __setitem__(self, key: str, value: Any) -> None:
         self._for_key(key)
         super().__setitem__(key, value)
+
+    def apply(self, changes: dict[str, Any]) -> dict[str, Any]:
+        if self._index is not None:
+            first_keys = self._index.first_keys
+            self._read_blocks(
+                sorted({max(bisect.bisect_right(first_keys, key) - 1, 0) for key in changes})
+            )
+        return super().apply(changes)
 
     def __delitem__(self, key: str) -> None:
         self._for_key(key)

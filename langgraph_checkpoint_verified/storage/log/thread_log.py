@@ -104,3 +104,11 @@ def apply_entry(log: ThreadLog, kind: int, key: str, where: tuple[int, int]) -> 
         log.index[key] = where
     elif before is not None:
         del log.index[key]
+
+
+def apply_entries(log: ThreadLog, changes: dict[str, tuple[int, int] | None]) -> None:
+    """Take what a stretch of log left into the key directory at once: each key's last
+    entry's data (offset, size), or ``None`` for a key its last entry deleted."""
+    for key, before in log.index.apply(changes).items():
+        if isinstance(before, str):
+            log.shadowed[key] = before  # a record file: removed with the key, or by compaction

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from langgraph_checkpoint_verified.storage.log.entries import PUT, DamagedSpan, Entry, scan
+from langgraph_checkpoint_verified.storage.log.room import all_zeros
 
 
 @dataclass(frozen=True)
@@ -20,9 +21,20 @@ class LogView:
     entries: list[Entry]
     damaged: list[DamagedSpan]
     end: int
-    """Where the intact log ends; bytes after it are a torn tail."""
+    """Where the intact log ends; bytes after it are room, or a torn tail."""
     directory: dict[str, Entry | DamagedSpan]
     """key -> its latest PUT entry, or the damaged span whose header still names it."""
+
+    @property
+    def written(self) -> bytes:
+        """The log up to where its intact part ends: without the room (zeros written ahead
+        of the entries, for appends to overwrite) or a torn tail after it."""
+        return self.data[: self.end]
+
+    @property
+    def whole(self) -> bool:
+        """Whether the log is intact entries, then nothing but room."""
+        return not self.damaged and all_zeros(self.data, self.end)
 
     def read(self, key: str) -> bytes | None:
         """The bytes a reader returns for ``key`` (a damaged span's whole bytes), or ``None``."""
@@ -70,6 +82,18 @@ def view_log(data: bytes, thread_key: str) -> LogView:
         else:
             directory.pop(event.key, None)
     return LogView(bytes(data), entries, damaged, end, directory)
+
+
+def append_entry(log: Path, entry: bytes) -> int:
+    """Write ``entry`` (whole entries' bytes) where a writer appends: into the room after
+    the log's intact entries, the file growing if it must. Returns where it starts."""
+    data = log.read_bytes()
+    at = scan(data)[2]
+    assert all_zeros(data, at), "a torn tail after the entries: a writer cuts it first"
+    with log.open("r+b") as out:
+        out.seek(at)
+        out.write(entry)
+    return at
 
 
 def lose_parity(log: Path) -> None:

@@ -24,11 +24,12 @@ from echo_graph import build_graph
 from langchain_core.load import load as langchain_load
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
-from logtools import lose_parity
+from logtools import append_entry, lose_parity
 
 from langgraph_checkpoint_verified import VerifiedSaver, cli
 from langgraph_checkpoint_verified.cli import main
 from langgraph_checkpoint_verified.storage.log import entries as log_entries
+from langgraph_checkpoint_verified.storage.log.room import all_zeros
 
 CONVERSATIONS = {"alpha": ["hi", "how are you?"], "beta": ["hello"]}
 
@@ -108,10 +109,9 @@ def replace_record(log: Path, entry: log_entries.Entry) -> tuple[bytes, str]:
     record = bytearray(data[entry.data_offset : entry.data_offset + entry.data_size])
     record[len(record) // 2] ^= 0x01
     forged = log_entries.encode_entry(log_entries.PUT, entry.key, bytes(record))
-    with log.open("ab") as out:
-        out.write(forged)
+    at = append_entry(log, forged)
     (appended,), _, _ = log_entries.scan(forged)
-    where = f"{log}@{len(data) + appended.data_offset} ({entry.key})"
+    where = f"{log}@{at + appended.data_offset} ({entry.key})"
     return bytes(record), where
 
 
@@ -374,7 +374,7 @@ def test_a_flipped_byte_in_the_last_entry_is_damage_not_a_torn_tail(
     log = store / "threads" / "alpha" / "log"
     entries, _, _ = log_entries.scan(log.read_bytes())
     last = entries[-1]
-    assert last.end == log.stat().st_size
+    assert all_zeros(log.read_bytes(), last.end)  # the last entry: only room after it
     lose_parity(log)  # damage beyond what parity rebuilds
     data = bytearray(log.read_bytes())
     data[last.data_offset + last.data_size // 2] ^= 0x01
@@ -386,7 +386,7 @@ def test_a_flipped_byte_in_the_last_entry_is_damage_not_a_torn_tail(
     result = build_graph(saver).invoke({"messages": [("user", "again")]}, config("alpha"))
     assert [m.content for m in result["messages"]][-2:] == ["again", "echo: again"]
     # the damaged entry is still there, whole, with the new entries after it
-    assert log.read_bytes()[: len(data)] == bytes(data)
+    assert log.read_bytes()[: last.end] == bytes(data[: last.end])
     code, _, _ = run(capsys, "repair", store)
     assert code == 0
     assert VerifiedSaver(store).verify().ok

@@ -29,6 +29,7 @@ from langgraph_checkpoint_verified.storage.base import LOCK_NAME
 from langgraph_checkpoint_verified.storage.files import RecordFileStorage
 from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, FileStorage
+from langgraph_checkpoint_verified.storage.log.room import all_zeros
 
 CHILD = Path(__file__).with_name("log_child.py")
 T = "threads/t"
@@ -42,7 +43,7 @@ def entries_of(root: Path, thread: str = T) -> list[tuple[int, str]]:
     """(kind, key) of every entry of the log, after checking it is whole entries only."""
     data = log_of(root, thread).read_bytes()
     entries, damaged, end = scan(data)
-    assert damaged == [] and end == len(data)
+    assert damaged == [] and all_zeros(data, end)  # then room, or nothing
     return [(entry.kind, entry.key) for entry in entries]
 
 
@@ -92,7 +93,7 @@ def test_records_of_a_thread_are_entries_of_its_log_and_the_rest_are_files(tmp_p
 class SyscallCounter:
     def __init__(self, monkeypatch):
         self.calls: list[tuple[str, str]] = []
-        for name in ("write", "fdatasync", "fsync"):
+        for name in ("write", "pwrite", "fdatasync", "fsync"):
             real = getattr(os, name)
 
             def counting(fd, *args, _name=name, _real=real):
@@ -119,9 +120,11 @@ def test_write_many_costs_one_write_and_one_sync_per_thread(tmp_path, monkeypatc
     monkeypatch.undo()
     assert written == [True, True, True, False]
     logs = sorted(str(log_of(tmp_path, t)) for t in (T, "threads/u"))
-    assert sorted(counter.calls) == sorted(
-        [("write", logs[0]), ("fdatasync", logs[0]), ("write", logs[1]), ("fdatasync", logs[1])]
+    # one write into each log's room, one sync each (the parity beside it: no sync)
+    assert sorted(call for call in counter.calls if call[1] in logs) == sorted(
+        [("pwrite", logs[0]), ("fdatasync", logs[0]), ("pwrite", logs[1]), ("fdatasync", logs[1])]
     )
+    assert not [call for call in counter.calls if call[0] in ("fsync", "fdatasync")][4:]
     assert [key for _, key in entries_of(tmp_path)] == [
         f"{T}/ns/{k}" for k in ("existing", "a", "b")
     ]
@@ -134,7 +137,8 @@ def test_durable_false_appends_without_a_sync_and_is_still_a_whole_record(tmp_pa
     counter = SyscallCounter(monkeypatch)
     assert storage.write(f"{T}/ns/a", b"second", durable=False)
     monkeypatch.undo()
-    assert [name for name, _ in counter.calls] == ["write"]
+    assert [name for name, path in counter.calls if path == str(log_of(tmp_path))] == ["pwrite"]
+    assert [name for name, _ in counter.calls if "sync" in name] == []
     assert FileStorage(tmp_path).read(f"{T}/ns/a") == b"second"
 
 
@@ -324,8 +328,9 @@ def test_a_torn_tail_is_never_read_and_the_next_append_cuts_it(tmp_path):
     storage = FileStorage(tmp_path)
     storage.write(f"{T}/ns/a", b"acknowledged")
     intact = log_of(tmp_path).read_bytes()
+    intact = intact[: scan(intact)[2]]  # the entry, without the room after it
     torn = encode_entry(PUT, f"{T}/ns/torn", b"never acknowledged" * 10)[:-7]
-    with open(log_of(tmp_path), "ab") as f:
+    with open(log_of(tmp_path), "ab") as f:  # after the room: a writer that knew of none
         f.write(torn)
     reports = []
     for reader in (storage, FileStorage(tmp_path)):
@@ -336,7 +341,8 @@ def test_a_torn_tail_is_never_read_and_the_next_append_cuts_it(tmp_path):
 
     storage.write(f"{T}/ns/b", b"next")
     data = log_of(tmp_path).read_bytes()
-    assert data == intact + encode_entry(PUT, f"{T}/ns/b", b"next")
+    appended = intact + encode_entry(PUT, f"{T}/ns/b", b"next")
+    assert data.startswith(appended) and all_zeros(data, len(appended))
     assert FileStorage(tmp_path).read(f"{T}/ns/b") == b"next"
 
 
@@ -354,7 +360,7 @@ def test_the_last_entries_damaged_are_damage_not_a_torn_tail(tmp_path):
         data[entry.data_offset + 10] ^= 0xFF
     lose_parity(log_of(tmp_path))  # damage beyond what parity rebuilds
     torn = encode_entry(PUT, f"{T}/ns/torn", b"never acknowledged" * 10)[:-7]
-    damaged = bytes(data)
+    damaged = bytes(data[: entries[-1].end])  # the entries (not the room after them)
     log_of(tmp_path).write_bytes(damaged + torn)
 
     found, spans, end = scan(damaged + torn)
@@ -366,7 +372,9 @@ def test_the_last_entries_damaged_are_damage_not_a_torn_tail(tmp_path):
         assert reader.read(entry.key) == damaged[entry.offset : entry.end]
     assert reader.read(f"{T}/ns/torn") is None
     reader.write(f"{T}/ns/e", b"next")
-    assert log_of(tmp_path).read_bytes() == damaged + encode_entry(PUT, f"{T}/ns/e", b"next")
+    appended = damaged + encode_entry(PUT, f"{T}/ns/e", b"next")
+    after = log_of(tmp_path).read_bytes()
+    assert after.startswith(appended) and all_zeros(after, len(appended))
 
 
 def test_damage_in_the_middle_reads_as_its_key_or_is_reported(tmp_path):

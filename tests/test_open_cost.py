@@ -31,12 +31,15 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.records.keys import thread_prefix
-from langgraph_checkpoint_verified.storage.log.entries import LOG_TAIL_SIZE, scan
+from langgraph_checkpoint_verified.storage.log.entries import HEADER_SIZE, LOG_TAIL_SIZE, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import (
     HINT_AFTER_BYTES,
     HINT_NAME,
     LOG_NAME,
+    PARITY_NAME,
+    TAIL_WINDOW,
 )
+from langgraph_checkpoint_verified.storage.log.parity import RECORD_SIZE
 
 # a latest checkpoint is one record, plus the records holding its unchanged
 # values (one per channel at most) and its pending writes: a small constant
@@ -117,12 +120,13 @@ def log_of(root: Path, thread_id: str) -> Path:
 
 def split_reads(reads, log: Path):
     """A log's reads: those of whole records (a record's entry, exactly: its checksum is
-    checked as it is read), and the scans. The few bytes a hint names its log by, read
-    where a hint ends (to check one, or to write one), are neither."""
+    checked as it is read), and the scans. Neither are the few bytes a hint names its log
+    by, read where a hint ends (to check one, or to write one), nor the look at where the
+    next entry would start (an entry header of zeros: no process appended since)."""
     data = log.read_bytes()
     records = {(e.offset, e.end - e.offset) for e in scan(data)[0]}
     mine = [(offset, size) for path, offset, size in reads if path == str(log)]
-    mine = [(offset, size) for offset, size in mine if size != LOG_TAIL_SIZE]
+    mine = [(offset, size) for offset, size in mine if size not in (LOG_TAIL_SIZE, HEADER_SIZE)]
     return [r for r in mine if r in records], [r for r in mine if r not in records]
 
 
@@ -149,12 +153,15 @@ def test_open_and_load_latest_read_the_marker_then_the_threads_log_once(
         "counter": checkpoints - 1,
     }
     assert latest.pending_writes == [("task", "out", checkpoints - 1)]
-    # no other thread's log, no file of anything else
-    hint = log.parent / HINT_NAME
-    assert {path for path, _, _ in reads} == {str(log)}
+    # no other thread's log, no file of anything else; of the parity, one record: what it
+    # says of the zeros after the last entry (room, or blocks lost since they were written)
+    hint, parity = log.parent / HINT_NAME, log.parent / PARITY_NAME
+    assert {path for path, _, _ in reads} == {str(log), str(parity)}
+    assert [size for path, _, size in reads if path == str(parity)] == [RECORD_SIZE]
     assert {p for p in opened if not p.startswith(str(log.parent / ".tmp-"))} <= {
         str(log),
         str(hint),
+        str(parity),
     }
     records, scans = split_reads(reads, log)
     assert scans == [(0, log.stat().st_size)]  # no hint yet: the whole log, once
@@ -167,7 +174,9 @@ def test_open_and_load_latest_read_the_marker_then_the_threads_log_once(
         assert other.get_tuple(LONG) == latest
         opened, reads = counter.take()
         records, scans = split_reads(reads, log)
-        assert scans == []  # nothing of the log but the records themselves
+        # nothing of the log but the records themselves, and a look at the room after them
+        end = scan(log.read_bytes())[2]
+        assert scans == [(end, min(TAIL_WINDOW, log.stat().st_size - end))]
         assert 1 <= len(records) <= MAX_RECORDS_FOR_LATEST
         assert str(hint) in opened
 
@@ -179,9 +188,10 @@ def test_open_and_load_latest_read_the_marker_then_the_threads_log_once(
     assert scans == []
     assert len(records) <= MAX_RECORDS_FOR_LATEST
 
-    # another saver appends: exactly the appended bytes are scanned
+    # another saver appends: what it appended is scanned, and no more of the room than
+    # the window read to see it
     monkeypatch.undo()
-    size = log.stat().st_size
+    size = scan(log.read_bytes())[2]
     build_more = VerifiedSaver(root)
     newest = build_more.put(
         latest.config,
@@ -189,14 +199,16 @@ def test_open_and_load_latest_read_the_marker_then_the_threads_log_once(
         generate_metadata(step=checkpoints),
         {"counter": -1},
     )
-    appended = log.stat().st_size - size
+    appended = scan(log.read_bytes())[2] - size
+    assert 0 < appended < TAIL_WINDOW
     counter = ReadCounter(monkeypatch)
     assert saver.get_tuple(LONG).config == newest
     _, reads = counter.take()
     # the first read of the log is the scan of what was appended (here one whole entry,
-    # which is also the read of a record: it is told apart by coming first)
-    log_reads = [read for read in reads if read[0] == str(log)]
-    assert log_reads[0] == (str(log), size, appended)
+    # which is also the read of a record: it is told apart by coming first), after the
+    # look that found it
+    log_reads = [read for read in reads if read[0] == str(log) and read[2] != HEADER_SIZE]
+    assert log_reads[0] == (str(log), size, min(TAIL_WINDOW, log.stat().st_size - size))
     records, scans = split_reads(log_reads[1:], log)
     assert scans == []
     assert len(records) <= MAX_RECORDS_FOR_LATEST
@@ -238,7 +250,9 @@ def test_records_read_do_not_grow_with_the_number_of_checkpoints(tmp_path, monke
         _, reads = counter.take()
         monkeypatch.undo()
         records, scans = split_reads(reads, log_of(tmp_path / name, "long"))
-        assert len(scans) <= 1
+        # what is scanned is read once: a window, then the rest of it if need be
+        assert len(scans) <= 2
+        assert all(a + n == b for (a, n), (b, _) in zip(scans, scans[1:], strict=False))
         counts.append(len(records))
     assert counts[1] <= counts[0] + 1
 

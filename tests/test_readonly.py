@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 from echo_graph import build_graph
+from logtools import append_entry
 from packaging.requirements import Requirement
 from readonly_child import install
 
@@ -73,11 +74,9 @@ def damage_newest(store: Path, history: list[Any]) -> str:
     log = store / thread_prefix("alpha") / LOG_NAME
     key = checkpoint_key("alpha", "", checkpoint_id(history[0]))
     forged = encode_entry(PUT, key, b"junk" * 40)
-    size = log.stat().st_size
-    with log.open("ab") as out:
-        out.write(forged)
+    at = append_entry(log, forged)
     ((entry,), _, _) = scan(forged)
-    return f"{log}@{size + entry.data_offset} ({key})"
+    return f"{log}@{at + entry.data_offset} ({key})"
 
 
 def snapshot(store: Path) -> dict[str, bytes | None]:

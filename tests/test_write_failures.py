@@ -2,7 +2,8 @@
 
 An append to a thread's log (``FileStorage._append``) goes: open the log,
 ``flock`` it, cut a torn tail left by a crashed writer (``ftruncate``), one
-``write`` of the new entries, one ``fdatasync``. A compaction (``compact``,
+``pwrite`` of the new entries into the room at the log's end (after a ``pwrite``
+of new room, when they outgrow it), one ``fdatasync``. A compaction (``compact``,
 the last step of ``prune`` and ``delete_for_runs``) goes: open a unique temp
 file, write the live entries, ``fsync``, ``replace`` it over the log, ``fsync``
 the thread's directory. Each of those calls is made to fail, once, with
@@ -14,7 +15,7 @@ Then:
 * the store stays readable and everything acknowledged before is intact
   (``verify().ok``, every earlier checkpoint loads exactly as before);
 * half-written entries are a torn tail: readers ignore it, and the next
-  successful append cuts it off, so the log is whole entries and nothing else;
+  successful append cuts it off, so the log is whole entries and room;
 * no temp file is left behind;
 * the same call succeeds once the disk is back;
 * a graph whose run hits the failure raises, and a later run resumes to the
@@ -43,6 +44,7 @@ from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
 from langgraph_checkpoint_verified.storage.log.entries import PUT, encode_entry, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
+from langgraph_checkpoint_verified.storage.log.room import all_zeros
 
 THREAD_ID = "disk-full"
 THREAD = {"configurable": {"thread_id": THREAD_ID}}
@@ -112,7 +114,7 @@ class Fault:
         self.calls += 1
         if self.short and self.calls == self.nth:
             data = bytes(args[1])
-            return self.real(args[0], data[: len(data) // 2])
+            return self.real(args[0], data[: len(data) // 2], *args[2:])
         if self.calls == self.nth + self.short:
             raise OSError(self.code, f"injected: {errno.errorcode[self.code]}")
         return self.real(*args, **kwargs)
@@ -135,8 +137,8 @@ def inject(monkeypatch, step: tuple, code: int, root: Path) -> Fault:
 APPEND_STEPS = [
     ("open", "log", 1),
     ("flock", "log", 1),
-    ("write", "log", 1),
-    ("write", "log", 1, "short"),
+    ("pwrite", "log", 1),
+    ("pwrite", "log", 1, "short"),
     ("fdatasync", "log", 1),
 ]
 # the new log is the first temp file, its parity the second; the directory is synced
@@ -201,10 +203,16 @@ def temp_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.name.startswith(TEMP_PREFIX)]
 
 
+def entries_end(data: bytes) -> int:
+    """Where a log's intact entries end (room, zeros, may follow)."""
+    entries = scan(data)[0]
+    return entries[-1].end if entries else 0
+
+
 def assert_whole_entries(data: bytes) -> None:
-    """The log is intact entries end to end: no torn tail, no damage."""
+    """The log is intact entries end to end (then room): no torn tail, no damage."""
     _, damaged, end = scan(data)
-    assert damaged == [] and end == len(data)
+    assert damaged == [] and all_zeros(data, end)
 
 
 def snapshot(saver: VerifiedSaver) -> dict:
@@ -251,16 +259,18 @@ def new_checkpoint(saver: VerifiedSaver):
 
 def assert_log_after_failed_append(step: tuple, before: bytes, after: bytes) -> None:
     """What a failed append leaves in the log: nothing, a torn tail, or whole entries."""
-    if step[0] in ("open", "flock") or step == ("write", "log", 1):
+    end = entries_end(before)
+    assert all_zeros(before, end)  # the entries, then room
+    if step[0] in ("open", "flock") or step == ("pwrite", "log", 1):
         assert after == before  # failed before a byte was written
-    elif step[0] == "write":
-        # the short write: a torn tail after every acknowledged entry, ignored by scan
-        assert len(after) > len(before) and after.startswith(before)
-        entries, damaged, end = scan(after)
-        assert damaged == [] and end == len(before)
+    elif step[0] == "pwrite":
+        # the short write: half an entry in the room, after every acknowledged entry
+        # (readers take it for the torn tail it is: assert_intact)
+        assert after[:end] == before[:end] and after != before
+        assert scan(after)[0] == scan(before)[0]
     else:
         # fdatasync failed after the whole write: complete entries, never acknowledged
-        assert after.startswith(before)
+        assert after[:end] == before[:end] and entries_end(after) > end
         assert_whole_entries(after)
 
 
@@ -296,7 +306,7 @@ def test_put_fails_cleanly_at_each_step_of_an_append(store, monkeypatch, step, c
     assert reread.checkpoint["channel_values"]["count"] == 99
     assert VerifiedSaver(store).verify().ok
     log_after = log_path(store).read_bytes()
-    assert log_after.startswith(log_before)
+    assert log_after.startswith(log_before[: entries_end(log_before)])
     assert_whole_entries(log_after)
 
 
@@ -329,10 +339,14 @@ def test_put_writes_fails_cleanly_at_each_step_of_an_append(store, monkeypatch, 
 
 
 def tear_the_tail(root: Path) -> bytes:
-    """Append half an entry to the log, as a writer killed in its ``write`` leaves it."""
+    """Write half an entry into the room at the log's end, as a power cut in the middle
+    of an append's ``pwrite`` can leave it."""
     key = f"{keys.thread_prefix(THREAD_ID)}/ns/-/never-acknowledged"
     torn = encode_entry(PUT, key, b"x" * 200)[:100]
-    with open(log_path(root), "ab") as f:
+    data = log_path(root).read_bytes()
+    assert all_zeros(data, entries_end(data) + len(torn))
+    with open(log_path(root), "r+b") as f:
+        f.seek(entries_end(data))
         f.write(torn)
     return torn
 
@@ -344,7 +358,10 @@ def test_a_torn_tail_that_cannot_be_cut_fails_the_append_and_is_cut_by_the_next(
     saver = VerifiedSaver(store)
     before = snapshot(saver)
     intact = log_path(store).read_bytes()
+    end = entries_end(intact)
     torn = tear_the_tail(store)
+    torn_log = log_path(store).read_bytes()
+    assert torn_log == intact[:end] + torn + intact[end + len(torn) :]
     assert_intact(store, before)  # readers ignore the torn tail
 
     config, checkpoint, metadata, new_versions = new_checkpoint(saver)
@@ -355,12 +372,12 @@ def test_a_torn_tail_that_cannot_be_cut_fails_the_append_and_is_cut_by_the_next(
     monkeypatch.undo()
     assert_clear_error(raised, code, store)
     # nothing was appended after the torn tail: a new entry there would be lost
-    assert log_path(store).read_bytes() == intact + torn
+    assert log_path(store).read_bytes() == torn_log
     assert_intact(store, before)
 
     saver.put(config, checkpoint, metadata, new_versions)
     log_after = log_path(store).read_bytes()
-    assert log_after.startswith(intact) and torn not in log_after[len(intact) :]
+    assert log_after.startswith(intact[:end]) and torn not in log_after[end:]
     assert_whole_entries(log_after)
     assert VerifiedSaver(store).get_tuple(THREAD).checkpoint["id"] == checkpoint["id"]
 
@@ -408,7 +425,7 @@ def test_prune_fails_cleanly_at_each_step_of_its_compaction(store, monkeypatch, 
     log_after = log_path(store).read_bytes()
     assert_whole_entries(log_after)
     replaced = step[:3] in COMPACTED_BEFORE_FAILING
-    assert log_after.startswith(log_before) != replaced
+    assert log_after.startswith(log_before[: entries_end(log_before)]) != replaced
     for reader in (saver, VerifiedSaver(store)):
         assert reader.get_tuple(THREAD) == latest
         assert reader.verify().ok
@@ -477,7 +494,7 @@ def test_graph_run_hitting_a_full_disk_raises_and_resumes(
     root = tmp_path / "store"
     runs: list[int] = []
     graph = build_graph(VerifiedSaver(root), runs)
-    step = ("fdatasync", "log", nth) if failing == "fdatasync" else ("write", "log", nth, "short")
+    step = ("fdatasync", "log", nth) if failing == "fdatasync" else ("pwrite", "log", nth, "short")
     fault = inject(monkeypatch, step, code, root)
     with pytest.raises(StoreWriteError) as raised:
         graph.invoke({"count": 0, "trace": []}, THREAD, durability=durability)

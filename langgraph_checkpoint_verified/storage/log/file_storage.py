@@ -3,8 +3,10 @@
 Every record of a thread (``threads/<T>/...``: checkpoints, pending writes,
 tool-call records) is an entry appended to the thread's log,
 ``threads/<T>/log`` (see ``storage.log.entries`` for the entry format). A durable call is
-one ``write`` of the new entries and one ``fdatasync``: no new file, no rename,
-no directory sync. A log is created (and its directory synced) once per thread.
+one ``pwrite`` of the new entries into the room at the log's end (zeros written ahead,
+``storage.log.room``) and one ``fdatasync``: no new file, no rename, no directory sync,
+and, while the room lasts, no change to the file's size for the sync to commit. A log is
+created (and its directory synced) once per thread.
 
 This is Bitcask's design: each process keeps, per thread it touched, a key
 directory (key -> where its latest entry's data lies), built by reading the
@@ -22,7 +24,9 @@ Appends take an exclusive ``flock`` on the log for the write and its sync, so
 two processes never interleave entries, and whoever appends first cuts off a
 torn tail left by a crash. Readers take no lock: an entry half-written at the
 moment they read is a torn tail to them, not damage. The append descriptor stays
-open between appends (one ``stat`` under the lock says it is still the log).
+open between appends (one ``stat`` under the lock says it is still the log), and a
+process knows another appended when the header where the room started is no longer
+zeros.
 
 Beside each log, ``log.parity`` (``storage.log.parity``, ``storage.log.redundancy``)
 is brought up to date after each append's sync, with no sync of its own. A read
@@ -48,6 +52,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +88,7 @@ from langgraph_checkpoint_verified.storage.log.redundancy import (
     scrub,
     write_parity_file,
 )
+from langgraph_checkpoint_verified.storage.log.room import all_zeros, room_after
 from langgraph_checkpoint_verified.storage.log.thread_log import (
     LOG_NAME,
     DamagedBytes,
@@ -99,6 +105,9 @@ LOG_PARENTS = ("threads", "memories")
 """Each directory under these is one log: a thread's, or the memory store's of one label."""
 HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
+TAIL_WINDOW = 64 * 1024
+"""How much of a log past what is known is read first: the entries appended since, and
+enough of the room after them to see it is room (the rest of it is not read)."""
 HINT_AFTER_BYTES = 256 * 1024
 """A process that appended, caught up with or read to open the thread this much of a log
 past its hint, and twice the hint's own size, leaves a new hint (a hint is rewritten
@@ -227,8 +236,18 @@ class FileStorage:
             log.opening = next(_OPENINGS)
             self._rebuild(log, log.fd)
             return
-        if st.st_size > log.end:
+        if st.st_size > log.end and not (
+            log.room and st.st_size == log.size and self._nothing_appended(log)
+        ):
             self._read_tail(log, log.fd, st.st_size)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _nothing_appended(log: ThreadLog) -> bool:
+        """Whether the log still has room at ``end`` (zeros where an entry header would
+        start), as it had when last read: appends overwrite the room, so the file's size
+        does not say whether another process appended, its next header does."""
+        assert log.fd is not None
+        return all_zeros(os.pread(log.fd, HEADER_SIZE, log.end))
 
     def _rebuild(self, log: ThreadLog, fd: int | None) -> None:
         log.built = True
@@ -237,6 +256,7 @@ class FileStorage:
         log.shadowed = {}
         log.index = KeyDirectory()
         log.end = 0
+        log.room, log.size = True, 0
         log.hint_end = log.hint_size = 0
         thread_key = os.path.relpath(log.directory, self.files.location(""))
         for key, path in self._record_files(log.directory, thread_key):
@@ -349,14 +369,56 @@ class FileStorage:
                         yield f"{thread_key}/{rel}/{name}", f"{dirpath}/{name}"
 
     def _read_tail(self, log: ThreadLog, fd: int, size: int) -> None:
+        """Read the log from ``log.end`` to ``size`` (the file's size) into the key
+        directory: the entries appended since, up to the room or a torn tail."""
         if size <= log.end:
             return
-        data = os.pread(fd, size - log.end, log.end)
         base = log.end
+        tail = self._scan_tail(log, fd, base, size)
+        log.room, log.size = tail.room, size
+        thread_key = os.path.relpath(log.directory, self.files.location(""))
+        if tail.damaged or not self._apply_entries(log, base, tail.entries, thread_key):
+            self._apply_in_order(log, base, tail, thread_key)
+        log.end = base + tail.end
+        if self._hint_due(log):
+            self._write_hint(log)
+
+    def _scan_tail(self, log: ThreadLog, fd: int, base: int, size: int) -> _Tail:
+        """What the log holds from ``base`` on: rebuilt from parity where it fails its
+        checks, and told apart from the room and from a torn tail after it."""
+        # catching up with a log known to have room: a window first (the entries appended
+        # since, and enough room to see it is room); opening it from scratch, all of it
+        data = os.pread(fd, min(size - base, TAIL_WINDOW) if base and log.room else size, base)
         entries, damaged, end = scan(data)
-        if damaged or end < len(data):
+        if (
+            not damaged
+            and end < len(data)
+            and all_zeros(data, end)
+            and log.parity.covers_beyond(base + end) is False
+        ):
+            return _Tail(data, entries, [], end, room=True)  # the rest of the room: unread
+        if len(data) < size - base:  # more than the window: the rest of it
+            data += os.pread(fd, size - base - len(data), base + len(data))
+            entries, damaged, end = scan(data)
+        cut: int | None = None
+        if _trailing(entries, damaged, data):
+            # Entries complete by their headers but failing their checksums, then only
+            # room: an append overwriting the room right now, a write a power cut tore
+            # there, or entries synced once and damaged since. Only the last had their
+            # parity written (after their sync): asked first, then the bytes read again.
+            synced = log.parity.covers_beyond(base + _trailing(entries, damaged, data)[0].offset)
+            data = os.pread(fd, size - base, base)
+            entries, damaged, end = scan(data)
+            doubtful = _trailing(entries, damaged, data)
+            if doubtful and synced is False:
+                cut = doubtful[0].offset  # never synced: a torn tail, from there on
+        room = cut is None and all_zeros(data, end)
+        if room and end < len(data) and log.parity.covers_beyond(base + end):
+            room = False  # zeros where synced bytes were: lost blocks, not room
+        if [d for d in damaged if cut is None or d.offset < cut] or not (room or cut):
             # Damage, or what looks like a torn tail, which bit rot in the last entry's
-            # header looks like too: rebuilt from parity where it can be, and read again.
+            # header looks like too, or lost blocks: rebuilt from parity where they can
+            # be, and read again.
             suspect = [(base + d.offset, base + d.end) for d in damaged]
             suspect.append((base + end, base + len(data)))
             stripes = log.parity.heal(fd, suspect)
@@ -364,17 +426,19 @@ class FileStorage:
                 self._healed(log, rebuilt_blocks(data, base, stripes), None)
                 data = patch(data, base, stripes)
                 entries, damaged, end = scan(data)
-        thread_key = os.path.relpath(log.directory, self.files.location(""))
-        if not damaged and self._apply_entries(log, base, entries, thread_key):
-            log.end = base + end
-            if self._hint_due(log):
-                self._write_hint(log)
-            return
-        spans = iter(damaged)
+                room = cut is None and all_zeros(data, end)
+        if cut is not None:
+            damaged, end = [d for d in damaged if d.offset < cut], cut
+        return _Tail(data, entries, damaged, end, room=room)
+
+    def _apply_in_order(self, log: ThreadLog, base: int, tail: _Tail, thread_key: str) -> None:
+        """Take a tail holding damage (or another thread's entries) into the key directory
+        entry by entry, each damaged span reported where it lies among them."""
+        spans = iter(tail.damaged)
         span = next(spans, None)
-        for entry in entries:
+        for entry in tail.entries:
             while span is not None and span.offset < entry.offset:
-                self._found_damage(log, base, span, data)
+                self._found_damage(log, base, span, tail.data)
                 span = next(spans, None)
             if self._thread_dir_key(entry.key) != thread_key:
                 # an intact entry, but of another thread: a log copied or spliced in
@@ -384,16 +448,13 @@ class FileStorage:
                     DamagedSpan(
                         entry.offset, entry.end, None, f"an entry of another thread ({entry.key})"
                     ),
-                    data,
+                    tail.data,
                 )
                 continue
             apply_entry(log, entry.kind, entry.key, (base + entry.data_offset, entry.data_size))
         while span is not None:
-            self._found_damage(log, base, span, data)
+            self._found_damage(log, base, span, tail.data)
             span = next(spans, None)
-        log.end = base + end
-        if self._hint_due(log):
-            self._write_hint(log)
 
     def _apply_entries(
         self, log: ThreadLog, base: int, entries: builtins.list[Entry], thread_key: str
@@ -516,21 +577,35 @@ class FileStorage:
         """Append ``kept`` at the log's end (``size`` bytes long now; caller holds its flock)."""
         payload = [encode_entry(kind, key, data) for kind, key, data in kept]
         appended = b"".join(payload)
+        if size < log.end:  # the log is shorter than we knew it: read it again first
+            self._rebuild(log, log.fd)
+        if log.room and size > log.end and log.parity.covers_beyond(log.end):
+            # the room is where another writer's synced entries were: lost blocks, not
+            # room (rebuilt from the parity if they can be), never to be written over
+            log.room = False
+            self._read_tail(log, fd, size)
         try:
-            if size > log.end:
+            if size > log.end and not log.room:
                 # a torn tail: a crashed writer's half entry, cut before appending
                 os.ftruncate(fd, log.end)
                 log.parity.forget_after(log.end)
-            _write_all(fd, appended)
+                size = log.end
+            new_end = log.end + len(appended)
+            if new_end > size:
+                # outgrown: new room after the entries, written first (the entries are
+                # one write, whole or torn) and synced with them
+                room = room_after(new_end)
+                _write_all_at(fd, bytes(room), new_end)
+                size = new_end + room
+            _write_all_at(fd, appended, log.end)
             if self.fsync and durable:
                 os.fdatasync(fd)
         except OSError as exc:
             # what was written, if anything, is a torn tail for readers and is
             # cut off by the next append
+            log.room = False
             raise StoreWriteError(log.path, exc) from exc
-        if size < log.end:
-            self._refresh(log)  # the log is shorter than we knew it: read it again
-            return
+        log.room, log.size = True, size
         log.parity.protect(fd, log.ino or 0, log.end, appended)
         # the entries are where we put them: no need to read them back
         offset = log.end
@@ -586,10 +661,14 @@ class FileStorage:
         """``log.append_fd``, opened (and the log created, durably) if it is not open."""
         if log.append_fd is not None:
             return log.append_fd
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         try:
             self.files.ensure_directory(log.directory, sync=self.fsync)
             created = not os.path.exists(log.path)
+            if created:
+                # the sidecar first: a log with room always has one, and a torn first
+                # append is then known for one (``ParityFile.covers_beyond``)
+                log.parity.create()
             fd = os.open(log.path, flags, FILE_MODE)
         except OSError as exc:
             self.files.forget_directories()
@@ -1020,6 +1099,35 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """What ``_scan_tail`` read of a log, from where it started."""
+
+    data: bytes
+    entries: builtins.list[Entry]
+    damaged: builtins.list[DamagedSpan]
+    end: int
+    """Where the intact part ends (in ``data``)."""
+    room: bool
+    """Whether only room follows ``end``."""
+
+
+def _trailing(
+    entries: builtins.list[Entry], damaged: builtins.list[DamagedSpan], data: bytes
+) -> builtins.list[DamagedSpan]:
+    """The damaged spans after the last intact entry, if nothing but zeros follows them."""
+    after = entries[-1].end if entries else 0
+    spans = [span for span in damaged if span.offset >= after]
+    return spans if spans and all_zeros(data, spans[-1].end) else []
+
+
+def _write_all_at(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -134,6 +134,31 @@ class ParityFile:
             os.close(fd)
         return decode_record(data, number)
 
+    def create(self) -> None:
+        """Make the sidecar, empty, if there is none (before its log's first append)."""
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | _CLOEXEC, FILE_MODE))
+
+    def covers_beyond(self, at: int) -> bool | None:
+        """Whether the sidecar protects bytes of the log at or after offset ``at``: bytes
+        synced there once (a record covers bytes only after their ``fdatasync``). ``None``
+        when it cannot say: no sidecar, or no intact record of the stripe ``at`` lies
+        inside (a stripe starting at ``at`` with no record has had nothing written)."""
+        number = stripe_of(at)
+        if self._fd is not None:  # kept open by this process's appends: no lookup
+            try:
+                record = decode_record(
+                    os.pread(self._fd, RECORD_SIZE, record_offset(number)), number
+                )
+            except OSError:
+                record = None
+        else:
+            record = self.record(number)
+        if record is None:
+            if at != number * STRIPE_SIZE or not os.path.exists(self.path):
+                return None
+            return False
+        return number * STRIPE_SIZE + record.covered > at
+
     def write_records(self, records: list[tuple[int, bytes]], *, fsync: bool) -> None:
         """Write stripe records (``(stripe, record)``); synced when ``fsync``."""
         self.close()  # the open stripe may be among them: the next append reads it again

@@ -54,6 +54,13 @@ class ThreadLog:
         can be reused once a compacted log's file is gone, an opening never is."""
         self.end = 0
         """Where the intact part of the log, as read so far, ends."""
+        self.size = 0
+        """The file's size when it was last read or appended to: a size other than this
+        means someone wrote past the room (a release that appends at the file's end)."""
+        self.room = True
+        """Whether only zeros followed ``end`` when the log was last read or appended to:
+        room, where the next entry goes (``storage.log.room``). ``False`` when a torn
+        write's bytes are there: the next append cuts them off first."""
         self.index = KeyDirectory()
         """key -> (offset, size) in the log, a path (a record file), or bytes (damage)."""
         self.lock = threading.RLock()

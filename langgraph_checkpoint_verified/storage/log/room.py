@@ -1,0 +1,54 @@
+"""The room at a log's end: zeros written ahead of the entries, for appends to overwrite.
+
+A durable append that makes the file longer costs its ``fdatasync`` a journal
+commit for the new size and the new blocks; one that overwrites bytes the file
+already holds, synced before, costs the data alone (on ext4, about half:
+``benchmarks/sync_probe.py``). SQLite's WAL gets the same by overwriting itself
+once checkpointed, RocksDB by recycling its WAL files. So an append that would
+grow a log also writes zeros after its entries, the *room*, synced with them;
+the appends after it overwrite the room until it is used up.
+
+What this changes for a reader is where the log ends: at the first entry header
+that is all zeros, no longer at the file's size. Entries never start with zeros
+(each starts with its magic), so zeros after the last entry are room, unless the
+parity says bytes were written there (``ParityFile.covers_beyond``: a record
+covers bytes only once they were synced), in which case the zeros are lost
+blocks, rebuilt from the parity where they can be. An entry torn by a power cut
+in the middle of overwriting the room reads as complete by its header (the
+zeros complete it) but fails its checksum, with nothing but zeros after it: the
+parity not covering it tells it from a written entry damaged since, and it is a
+torn tail, cut by the next append like any other.
+
+The room is at least ``MIN_ROOM`` and an eighth of the log, at most ``MAX_ROOM``,
+and the file ends on a 4 KB boundary: a thread costs at most 16 KB more on disk,
+a long log an eighth more. A log written by a release before the room, or
+compacted, has none until its next append.
+"""
+
+from __future__ import annotations
+
+MIN_ROOM = 16 * 1024
+MAX_ROOM = 1024 * 1024
+ALIGNMENT = 4096
+
+
+def room_after(end: int) -> int:
+    """How many zeros to write after entries ending at ``end``, when they outgrow the file.
+
+    Example:
+        >>> room_after(100), room_after(8 * 1024 * 1024) // 1024, room_after(10**9) // 1024
+        (20380, 1024, 1024)
+    """
+    room = min(max(end // 8, MIN_ROOM), MAX_ROOM)
+    size = -(-(end + room) // ALIGNMENT) * ALIGNMENT
+    return size - end
+
+
+def all_zeros(data: bytes, start: int = 0) -> bool:
+    """Whether ``data[start:]`` is zeros (or nothing): room, not entries.
+
+    Example:
+        >>> all_zeros(b"LGCE" + bytes(8), 4), all_zeros(b"LGCE" + bytes(8), 3), all_zeros(b"", 0)
+        (True, False, True)
+    """
+    return data.count(0, start) == len(data) - start

@@ -1,0 +1,145 @@
+"""The room at a log's end: zeros written ahead of the entries, which appends overwrite.
+
+An append that fits the room leaves the file's size as it is (its ``fdatasync`` has
+no new size or block to commit); zeros after the last entry are room only where the
+parity says nothing was synced there, so lost blocks are rebuilt, a write torn in the
+room is cut, and no writer ever writes over another's entry.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from logtools import view_log
+
+from langgraph_checkpoint_verified.storage.log.entries import HEADER_SIZE, PUT, encode_entry
+from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, FileStorage
+from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE
+from langgraph_checkpoint_verified.storage.log.room import ALIGNMENT, MAX_ROOM, MIN_ROOM
+
+T = "threads/t"
+
+
+def log_of(root: Path) -> Path:
+    return root / T / LOG_NAME
+
+
+class FileCalls:
+    """``os.pwrite``, ``os.write``, ``os.ftruncate`` and ``os.fdatasync`` on the log."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, log: Path) -> None:
+        self.calls: list[str] = []
+        for name in ("pwrite", "write", "ftruncate", "fdatasync"):
+            real = getattr(os, name)
+
+            def counted(fd, *args, _name=name, _real=real):
+                if os.readlink(f"/proc/self/fd/{fd}") == str(log):
+                    self.calls.append(_name)
+                return _real(fd, *args)
+
+            monkeypatch.setattr(os, name, counted)
+
+
+def test_an_append_that_fits_the_room_overwrites_it_and_leaves_the_size_as_it_is(
+    tmp_path, monkeypatch
+):
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/first", b"x" * 100)  # a new log: the entry, then room
+    log = log_of(tmp_path)
+    size = log.stat().st_size
+    assert size >= MIN_ROOM and size % ALIGNMENT == 0
+    calls = FileCalls(monkeypatch, log)
+    for n in range(20):
+        storage.write(f"{T}/ns/{n}", os.urandom(300))
+        assert log.stat().st_size == size  # nothing for the sync to commit but the data
+    monkeypatch.undo()
+    assert calls.calls == ["pwrite", "fdatasync"] * 20
+    view = view_log(log.read_bytes(), T)
+    assert view.whole and len(view.entries) == 21
+    assert FileStorage(tmp_path).read(f"{T}/ns/19") is not None
+
+
+def test_the_room_grows_with_the_log_and_stays_within_an_eighth_of_it(tmp_path):
+    storage = FileStorage(tmp_path, fsync=False)
+    log = log_of(tmp_path)
+    for n in range(600):
+        storage.write(f"{T}/ns/{n}", os.urandom(3000))
+        end = view_log(log.read_bytes(), T).end
+        room = log.stat().st_size - end
+        assert 0 <= room <= max(MIN_ROOM, min(end // 8, MAX_ROOM)) + ALIGNMENT
+
+
+def test_zeros_where_synced_entries_were_are_lost_blocks_rebuilt_not_room(tmp_path):
+    """A lost sector at the end of the log reads as zeros, as room does: the parity,
+    which covers only what was synced, tells them apart, and rebuilds the block."""
+    storage = FileStorage(tmp_path)
+    log = log_of(tmp_path)
+    n = 0
+    while True:  # until the last entry lies inside one block, after a few
+        storage.write(f"{T}/ns/{n}", os.urandom(700))
+        n += 1
+        last = view_log(log.read_bytes(), T).entries[-1]
+        if n >= 10 and last.offset // BLOCK_SIZE == (last.end - 1) // BLOCK_SIZE:
+            break
+    data = bytearray(log.read_bytes())
+    data[last.offset : last.end] = bytes(last.end - last.offset)  # looks like room now
+    log.write_bytes(bytes(data))
+    assert view_log(bytes(data), T).whole and view_log(bytes(data), T).end == last.offset
+    healed = []
+    reader = FileStorage(tmp_path)
+    reader.on_healed = lambda location, key: healed.append(location)
+    assert reader.read(last.key) == storage.read(last.key) is not None
+    assert healed == [f"{log}@{last.offset // BLOCK_SIZE * BLOCK_SIZE}"]
+    assert sorted(reader.walk(T)) == sorted(f"{T}/ns/{k}" for k in range(n))
+
+
+def test_a_writer_never_writes_over_another_writers_entry_whose_header_was_lost(tmp_path):
+    """Another process appended (synced, parity written), then the block holding that
+    entry's header was lost: the zeros where this writer would append are not room."""
+    first, second = FileStorage(tmp_path), FileStorage(tmp_path)
+    first.write(f"{T}/ns/a", b"a" * 500)
+    second.write(f"{T}/ns/b", b"b" * 500)
+    log = log_of(tmp_path)
+    entry_b = view_log(log.read_bytes(), T).entry(f"{T}/ns/b")
+    data = bytearray(log.read_bytes())
+    data[entry_b.offset : entry_b.offset + HEADER_SIZE] = bytes(HEADER_SIZE)
+    log.write_bytes(bytes(data))
+    first.write(f"{T}/ns/c", b"c" * 500)
+    fresh = FileStorage(tmp_path)
+    assert [fresh.read(f"{T}/ns/{k}") for k in "abc"] == [b"a" * 500, b"b" * 500, b"c" * 500]
+    # c went after b (whose header is rebuilt on every read, until a repair writes it back)
+    assert view_log(log.read_bytes(), T).entry(f"{T}/ns/c").offset == entry_b.end
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first append", "later append"])
+def test_an_entry_torn_in_the_room_is_a_torn_tail_and_the_next_append_cuts_it(tmp_path, first):
+    """A power cut in the middle of overwriting the room leaves an entry complete by its
+    header (the zeros complete it) that fails its checksum: never synced, so the parity
+    does not cover it, and it is a torn tail, not damage. A new log's sidecar is made
+    before its first append, so that holds for the first entry too."""
+    storage = FileStorage(tmp_path)
+    key = f"{T}/ns/torn"
+    storage.write(key, b"will be torn")
+    log = log_of(tmp_path)
+    data = bytearray(log.read_bytes())
+    at = 0 if first else view_log(bytes(data), T).end
+    if first:  # as if the first append had been torn: the sidecar made, nothing in it
+        (log.parent / f"{LOG_NAME}.parity").write_bytes(b"")
+    else:
+        storage.write(f"{T}/ns/kept", b"kept")
+        data = bytearray(log.read_bytes())
+        at = view_log(bytes(data), T).end
+    torn = encode_entry(PUT, key, b"never synced" * 20)[:60]
+    data[at:] = torn + bytes(len(data) - at - len(torn))
+    log.write_bytes(bytes(data))
+    reports = []
+    reader = FileStorage(tmp_path)
+    reader.on_damaged_span = lambda *args: reports.append(args)
+    assert reader.read(key) == (None if first else b"will be torn")
+    assert reports == []
+    reader.write(f"{T}/ns/next", b"next")
+    view = view_log(log.read_bytes(), T)
+    assert view.whole and view.entries[-1].key == f"{T}/ns/next"
+    assert torn not in log.read_bytes()

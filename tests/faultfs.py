@@ -12,8 +12,9 @@ to what a power cut could leave, in the spirit of SQLite's crash-test VFS and Ro
 ``FaultInjectionTestFS``:
 
 * a file holds its durable content: bytes written and not synced are dropped. With
-  ``torn_writes=True``, when the unsynced bytes extend the durable content, a random
-  prefix of them survives (a torn append);
+  ``torn_writes=True``, a random prefix of what changed since the sync survives, from
+  the first byte that differs on (an append torn, or an overwrite of bytes the file
+  held, such as a log's room, torn);
 * every directory operation not followed by an fsync of its directory is kept or lost at
   random: a lost create means the file is gone, a lost rename means the old name (and
   the file it named) is back, a lost unlink means the file is back. A rename between
@@ -57,8 +58,8 @@ Example:
     ['lost']
 
 Limits: directory operations are kept or lost each on its own (a journaling file system
-would keep a prefix of them in order: any outcome it allows, this allows too); unsynced
-overwrites inside the durable content are dropped whole, never torn; a synced file is
+would keep a prefix of them in order: any outcome it allows, this allows too); a torn
+write keeps a prefix, where a disk may keep any set of its sectors; a synced file is
 read back through ``/proc/self/fd`` where there is one (Linux), else through its path.
 """
 
@@ -500,14 +501,15 @@ class FaultFS:
 
     def _content_after_cut(self, node: _Node, current: bytes | None) -> bytes:
         durable = node.durable
-        if (
-            self.torn_writes
-            and current is not None
-            and len(current) > len(durable)
-            and current.startswith(durable)
-        ):
-            return current[: len(durable) + self._rng.randint(0, len(current) - len(durable))]
-        return durable
+        if not self.torn_writes or current is None or len(current) < len(durable):
+            return durable
+        # what changed since the sync, from its first changed byte to its last: a prefix
+        # of it survives, over the durable bytes (an append torn, or an overwrite torn)
+        changed = [i for i, (a, b) in enumerate(zip(current, durable, strict=False)) if a != b]
+        start = changed[0] if changed else len(durable)
+        end = len(current) if len(current) > len(durable) or not changed else changed[-1] + 1
+        kept = current[: start + self._rng.randint(0, end - start)]
+        return kept + durable[len(kept) :]
 
     def _rewrite(
         self,

@@ -410,7 +410,7 @@ class FileStorage:
             data = os.pread(fd, size - base, base)
             entries, damaged, end = scan(data)
             doubtful = _trailing(entries, damaged, data)
-            if doubtful and synced is False:
+            if doubtful and (synced is False or (synced is None and _unfinished(data, doubtful))):
                 cut = doubtful[0].offset  # never synced: a torn tail, from there on
         room = cut is None and all_zeros(data, end)
         if room and end < len(data) and log.parity.covers_beyond(base + end):
@@ -1121,6 +1121,14 @@ def _trailing(
     after = entries[-1].end if entries else 0
     spans = [span for span in damaged if span.offset >= after]
     return spans if spans and all_zeros(data, spans[-1].end) else []
+
+
+def _unfinished(data: bytes, spans: builtins.list[DamagedSpan]) -> bool:
+    """Whether the last span is a write that never reached its end: its checksum, the
+    last bytes an entry's one write puts down, is still the room's zeros (a finished
+    entry's is zero once in 2**32). What tells a torn write from damage when the
+    parity cannot say (a sidecar lost in the same power cut: it is not synced)."""
+    return all_zeros(data[spans[-1].end - CHECKSUM_SIZE : spans[-1].end])
 
 
 def _write_all_at(fd: int, data: bytes, offset: int) -> None:

@@ -37,9 +37,9 @@ from langgraph_checkpoint_verified.storage.log.file_storage import (
     HINT_NAME,
     LOG_NAME,
     PARITY_NAME,
-    TAIL_WINDOW,
 )
 from langgraph_checkpoint_verified.storage.log.parity import RECORD_SIZE
+from langgraph_checkpoint_verified.storage.log.tail import TAIL_WINDOW
 
 # a latest checkpoint is one record, plus the records holding its unchanged
 # values (one per channel at most) and its pending writes: a small constant

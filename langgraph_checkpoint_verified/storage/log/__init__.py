@@ -1,7 +1,10 @@
 """The file store: one append-only log per thread.
 
 Like LevelDB's log, its parts are apart: ``entries`` is the on-disk format of
-entries and hints (pure), ``key_directory`` the in-memory index of a log (and
-the hint it may be opened from), ``file_storage`` the ``FileStorage`` that
-appends, reads, syncs and compacts.
+entries and hints (pure), ``room`` the zeros kept ahead of the entries for appends
+to overwrite, ``tail`` the reading of a log past what is known of it (entries,
+room, torn tail, damage), ``parity`` and ``redundancy`` the sidecar that rebuilds a
+damaged block, ``key_directory`` the in-memory index of a log (and the hint it may
+be opened from), ``thread_log`` what a process keeps of one log, and
+``file_storage`` the ``FileStorage`` that appends, reads, syncs and compacts.
 """

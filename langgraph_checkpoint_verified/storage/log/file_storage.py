@@ -52,7 +52,6 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +76,6 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     encode_entry,
     encode_hint,
     entry_is_intact,
-    scan,
 )
 from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
 from langgraph_checkpoint_verified.storage.log.redundancy import (
@@ -89,6 +87,7 @@ from langgraph_checkpoint_verified.storage.log.redundancy import (
     write_parity_file,
 )
 from langgraph_checkpoint_verified.storage.log.room import all_zeros, room_after
+from langgraph_checkpoint_verified.storage.log.tail import Tail, read_tail
 from langgraph_checkpoint_verified.storage.log.thread_log import (
     LOG_NAME,
     DamagedBytes,
@@ -105,9 +104,6 @@ LOG_PARENTS = ("threads", "memories")
 """Each directory under these is one log: a thread's, or the memory store's of one label."""
 HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
-TAIL_WINDOW = 64 * 1024
-"""How much of a log past what is known is read first: the entries appended since, and
-enough of the room after them to see it is room (the rest of it is not read)."""
 HINT_AFTER_BYTES = 256 * 1024
 """A process that appended, caught up with or read to open the thread this much of a log
 past its hint, and twice the hint's own size, leaves a new hint (a hint is rewritten
@@ -374,7 +370,9 @@ class FileStorage:
         if size <= log.end:
             return
         base = log.end
-        tail = self._scan_tail(log, fd, base, size)
+        tail = read_tail(fd, log.parity, base, size, window=bool(base) and log.room)
+        if tail.healed:
+            self._healed(log, tail.healed, None)
         log.room, log.size = tail.room, size
         thread_key = os.path.relpath(log.directory, self.files.location(""))
         if tail.damaged or not self._apply_entries(log, base, tail.entries, thread_key):
@@ -383,55 +381,7 @@ class FileStorage:
         if self._hint_due(log):
             self._write_hint(log)
 
-    def _scan_tail(self, log: ThreadLog, fd: int, base: int, size: int) -> _Tail:
-        """What the log holds from ``base`` on: rebuilt from parity where it fails its
-        checks, and told apart from the room and from a torn tail after it."""
-        # catching up with a log known to have room: a window first (the entries appended
-        # since, and enough room to see it is room); opening it from scratch, all of it
-        data = os.pread(fd, min(size - base, TAIL_WINDOW) if base and log.room else size, base)
-        entries, damaged, end = scan(data)
-        if (
-            not damaged
-            and end < len(data)
-            and all_zeros(data, end)
-            and log.parity.covers_beyond(base + end) is False
-        ):
-            return _Tail(data, entries, [], end, room=True)  # the rest of the room: unread
-        if len(data) < size - base:  # more than the window: the rest of it
-            data += os.pread(fd, size - base - len(data), base + len(data))
-            entries, damaged, end = scan(data)
-        cut: int | None = None
-        if _trailing(entries, damaged, data):
-            # Entries complete by their headers but failing their checksums, then only
-            # room: an append overwriting the room right now, a write a power cut tore
-            # there, or entries synced once and damaged since. Only the last had their
-            # parity written (after their sync): asked first, then the bytes read again.
-            synced = log.parity.covers_beyond(base + _trailing(entries, damaged, data)[0].offset)
-            data = os.pread(fd, size - base, base)
-            entries, damaged, end = scan(data)
-            doubtful = _trailing(entries, damaged, data)
-            if doubtful and (synced is False or (synced is None and _unfinished(data, doubtful))):
-                cut = doubtful[0].offset  # never synced: a torn tail, from there on
-        room = cut is None and all_zeros(data, end)
-        if room and end < len(data) and log.parity.covers_beyond(base + end):
-            room = False  # zeros where synced bytes were: lost blocks, not room
-        if [d for d in damaged if cut is None or d.offset < cut] or not (room or cut):
-            # Damage, or what looks like a torn tail, which bit rot in the last entry's
-            # header looks like too, or lost blocks: rebuilt from parity where they can
-            # be, and read again.
-            suspect = [(base + d.offset, base + d.end) for d in damaged]
-            suspect.append((base + end, base + len(data)))
-            stripes = log.parity.heal(fd, suspect)
-            if stripes:
-                self._healed(log, rebuilt_blocks(data, base, stripes), None)
-                data = patch(data, base, stripes)
-                entries, damaged, end = scan(data)
-                room = cut is None and all_zeros(data, end)
-        if cut is not None:
-            damaged, end = [d for d in damaged if d.offset < cut], cut
-        return _Tail(data, entries, damaged, end, room=room)
-
-    def _apply_in_order(self, log: ThreadLog, base: int, tail: _Tail, thread_key: str) -> None:
+    def _apply_in_order(self, log: ThreadLog, base: int, tail: Tail, thread_key: str) -> None:
         """Take a tail holding damage (or another thread's entries) into the key directory
         entry by entry, each damaged span reported where it lies among them."""
         spans = iter(tail.damaged)
@@ -1099,36 +1049,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-@dataclass(frozen=True)
-class _Tail:
-    """What ``_scan_tail`` read of a log, from where it started."""
-
-    data: bytes
-    entries: builtins.list[Entry]
-    damaged: builtins.list[DamagedSpan]
-    end: int
-    """Where the intact part ends (in ``data``)."""
-    room: bool
-    """Whether only room follows ``end``."""
-
-
-def _trailing(
-    entries: builtins.list[Entry], damaged: builtins.list[DamagedSpan], data: bytes
-) -> builtins.list[DamagedSpan]:
-    """The damaged spans after the last intact entry, if nothing but zeros follows them."""
-    after = entries[-1].end if entries else 0
-    spans = [span for span in damaged if span.offset >= after]
-    return spans if spans and all_zeros(data, spans[-1].end) else []
-
-
-def _unfinished(data: bytes, spans: builtins.list[DamagedSpan]) -> bool:
-    """Whether the last span is a write that never reached its end: its checksum, the
-    last bytes an entry's one write puts down, is still the room's zeros (a finished
-    entry's is zero once in 2**32). What tells a torn write from damage when the
-    parity cannot say (a sidecar lost in the same power cut: it is not synced)."""
-    return all_zeros(data[spans[-1].end - CHECKSUM_SIZE : spans[-1].end])
 
 
 def _write_all_at(fd: int, data: bytes, offset: int) -> None:

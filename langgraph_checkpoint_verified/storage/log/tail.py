@@ -1,0 +1,116 @@
+"""Reading a log past what a process knows of it: the entries appended since, then the
+room, a torn tail, or damage (LevelDB keeps its log reader apart from its writer too).
+
+``read_tail`` reads from an offset to the file's size, checks every entry, rebuilds
+from the parity what fails its checks where it can, and says where the intact part
+ends and whether only room follows it (``storage.log.room``). It changes nothing:
+``FileStorage`` takes what it found into the key directory and reports the damage.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from dataclasses import dataclass
+
+from langgraph_checkpoint_verified.storage.log.entries import (
+    CHECKSUM_SIZE,
+    DamagedSpan,
+    Entry,
+    scan,
+)
+from langgraph_checkpoint_verified.storage.log.redundancy import (
+    ParityFile,
+    patch,
+    rebuilt_blocks,
+)
+from langgraph_checkpoint_verified.storage.log.room import all_zeros
+
+TAIL_WINDOW = 64 * 1024
+"""How much of a log past what is known is read first: the entries appended since, and
+enough of the room after them to see it is room (the rest of it is not read)."""
+
+
+@dataclass(frozen=True)
+class Tail:
+    """What ``read_tail`` found from where it started reading (``base``)."""
+
+    data: bytes
+    """The bytes read (rebuilt from parity where they could be)."""
+    entries: builtins.list[Entry]
+    damaged: builtins.list[DamagedSpan]
+    end: int
+    """Where the intact part ends, in ``data``."""
+    room: bool
+    """Whether only room follows ``end``."""
+    healed: builtins.list[int]
+    """Log offsets of the blocks rebuilt from parity."""
+
+
+def read_tail(fd: int, parity: ParityFile, base: int, size: int, *, window: bool) -> Tail:
+    """What the log open as ``fd`` holds from ``base`` to ``size``: rebuilt from parity
+    where it fails its checks, and told apart from the room and from a torn tail.
+
+    ``window``: the log had room after ``base`` when last read, so ``TAIL_WINDOW``
+    bytes are read first, and the rest only if they do not end in room.
+    """
+    data = os.pread(fd, min(size - base, TAIL_WINDOW) if window else size - base, base)
+    entries, damaged, end = scan(data)
+    if (
+        not damaged
+        and end < len(data)
+        and all_zeros(data, end)
+        and parity.covers_beyond(base + end) is False
+    ):
+        return Tail(data, entries, [], end, room=True, healed=[])  # the rest: room, unread
+    if len(data) < size - base:  # more than the window: the rest of it
+        data += os.pread(fd, size - base - len(data), base + len(data))
+        entries, damaged, end = scan(data)
+    cut: int | None = None
+    if _trailing(entries, damaged, data):
+        # Entries complete by their headers but failing their checksums, then only
+        # room: an append overwriting the room right now, a write a power cut tore
+        # there, or entries synced once and damaged since. Only the last had their
+        # parity written (after their sync): asked first, then the bytes read again.
+        synced = parity.covers_beyond(base + _trailing(entries, damaged, data)[0].offset)
+        data = os.pread(fd, size - base, base)
+        entries, damaged, end = scan(data)
+        doubtful = _trailing(entries, damaged, data)
+        if doubtful and (synced is False or (synced is None and _unfinished(data, doubtful))):
+            cut = doubtful[0].offset  # never synced: a torn tail, from there on
+    room = cut is None and all_zeros(data, end)
+    if room and end < len(data) and parity.covers_beyond(base + end):
+        room = False  # zeros where synced bytes were: lost blocks, not room
+    healed: builtins.list[int] = []
+    if [d for d in damaged if cut is None or d.offset < cut] or not (room or cut):
+        # Damage, or what looks like a torn tail, which bit rot in the last entry's
+        # header looks like too, or lost blocks: rebuilt from parity where they can
+        # be, and read again.
+        suspect = [(base + d.offset, base + d.end) for d in damaged]
+        suspect.append((base + end, base + len(data)))
+        stripes = parity.heal(fd, suspect)
+        if stripes:
+            healed = rebuilt_blocks(data, base, stripes)
+            data = patch(data, base, stripes)
+            entries, damaged, end = scan(data)
+            room = cut is None and all_zeros(data, end)
+    if cut is not None:
+        damaged, end = [d for d in damaged if d.offset < cut], cut
+    return Tail(data, entries, damaged, end, room=room, healed=healed)
+
+
+def _trailing(
+    entries: builtins.list[Entry], damaged: builtins.list[DamagedSpan], data: bytes
+) -> builtins.list[DamagedSpan]:
+    """The damaged spans after the last intact entry, if nothing but zeros follows them."""
+    after = entries[-1].end if entries else 0
+    spans = [span for span in damaged if span.offset >= after]
+    return spans if spans and all_zeros(data, spans[-1].end) else []
+
+
+def _unfinished(data: bytes, spans: builtins.list[DamagedSpan]) -> bool:
+    """Whether the last span is a write that never reached its end: its checksum, the
+    last bytes an entry's one write puts down, is still the room's zeros (a finished
+    entry's is zero once in 2**32). What tells a torn write from damage when the
+    parity cannot say (a sidecar lost in the same power cut: it is not synced)."""
+    return all_zeros(data[spans[-1].end - CHECKSUM_SIZE : spans[-1].end])

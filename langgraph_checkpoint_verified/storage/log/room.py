@@ -22,9 +22,9 @@ torn tail, cut by the next append like any other. When the parity cannot say
 does: the one write of an entry ends with its checksum, so that write never
 finished.
 
-The room is at least ``MIN_ROOM`` and an eighth of the log, at most ``MAX_ROOM``,
-and the file ends on a 4 KB boundary: a thread costs at most 16 KB more on disk,
-a long log an eighth more. A log written by a release before the room, or
+The room is at least ``MIN_ROOM`` and an eighth of the log, at most ``MAX_ROOM``
+(give or take the 4 KB boundary the file ends on): a thread costs about 20 KB more
+on disk, a long log an eighth more. A log written by a release before the room, or
 compacted, has none until its next append.
 """
 
@@ -39,8 +39,10 @@ def room_after(end: int) -> int:
     """How many zeros to write after entries ending at ``end``, when they outgrow the file.
 
     Example:
-        >>> room_after(100), room_after(8 * 1024 * 1024) // 1024, room_after(10**9) // 1024
-        (20380, 1024, 1024)
+        >>> room_after(100), room_after(80_000), (10**9 + room_after(10**9)) % ALIGNMENT
+        (20380, 18304, 0)
+        >>> MAX_ROOM <= room_after(10**9) < MAX_ROOM + ALIGNMENT
+        True
     """
     room = min(max(end // 8, MIN_ROOM), MAX_ROOM)
     size = -(-(end + room) // ALIGNMENT) * ALIGNMENT

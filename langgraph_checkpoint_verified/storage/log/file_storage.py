@@ -105,9 +105,9 @@ LOG_PARENTS = ("threads", "memories")
 HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 HINT_AFTER_BYTES = 256 * 1024
-"""A process that appended, caught up with or read to open the thread this much of a log
-past its hint, and twice the hint's own size, leaves a new hint (a hint is rewritten
-whole, so a long log's is rewritten less often: see ``_hint_due``)."""
+"""A process that read this much of a log past its hint to open it leaves a new hint for
+the next one; one that appended or caught up with this much, and twice the hint's size
+(a long log's hint is rewritten whole: see ``_hint_due``), likewise."""
 _OPEN_LOGS = 256
 _OPENINGS = itertools.count(1)
 
@@ -262,7 +262,11 @@ class FileStorage:
             return
         if not log.index:  # a hint covers the log only: record files are listed above
             self._read_hint(log, fd)
-        self._read_tail(log, fd, os.fstat(fd).st_size)  # leaves a new hint if one is due
+        self._read_tail(log, fd, os.fstat(fd).st_size)
+        if log.end - log.hint_end >= HINT_AFTER_BYTES:
+            # this process read that much to open the thread: the next one need not (the
+            # writer's rule lets a long log's hint lag further, for the writer's sake)
+            self._write_hint(log)
 
     def _read_hint(self, log: ThreadLog, fd: int) -> None:
         """Take the key directory from the log's hint, if it is intact and of this log:

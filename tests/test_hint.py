@@ -23,6 +23,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     HINT_MAGIC,
     HINT_VERSION,
     LOG_TAIL_SIZE,
+    KeptBlock,
     decode_hint_index,
     encode_hint,
     hint_block,
@@ -268,10 +269,9 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
     keys += [f"threads/t/mixed/z/{n:04d}" for n in range(600)]
     positions = {key: (n * 10, 10) for n, key in enumerate(keys)}
     hint = tmp_path / HINT_NAME
-    hint.write_bytes(encode_hint(TAIL, 10**9, [(k, *where) for k, where in positions.items()]))
-    index = decode_hint_index(hint.read_bytes(), lambda end: TAIL, 10**9)
+    original = encode_hint(TAIL, 10**9, [(k, *where) for k, where in positions.items()])
+    index = decode_hint_index(original, lambda end: TAIL, 10**9)
     assert len(index.blocks) > 6
-    stat = hint.stat()
 
     def unexpected_rescan():
         raise AssertionError("every block verifies: no reason to read the log")
@@ -288,8 +288,10 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
     newer = [f"threads/t/ns/~/checkpoints/2f0{n:05d}.ckpt" for n in range(20)]
     older = [f"threads/t/ns/~/checkpoints/0f0{n:05d}.ckpt" for n in range(20)]
     older += [f"threads/t/mixed/0{n}" for n in range(20)]
-    unread_answers = 0
+    unread_answers = carried = 0
     for _ in range(30):
+        hint.write_bytes(original)
+        stat = hint.stat()
         lazy = HintedDirectory(str(hint), (stat.st_ino, stat.st_size), index, unexpected_rescan)
         whole = KeyDirectory()
         for key, where in positions.items():
@@ -329,12 +331,44 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
             else:
                 assert lazy.greatest_name_under(prefix) == whole.greatest_name_under(prefix)
             unread_answers += lazy._index is not None
+        carried += rewrite_hint(lazy, hint)
         prefix = rng.choice(broad)
         assert sorted(lazy.keys_under(prefix)) == sorted(whole.keys_under(prefix))
         assert sorted(lazy.names_under(prefix)) == sorted(whole.names_under(prefix))
         assert dict(lazy.items()) == dict(whole.items())
         assert len(lazy) == len(whole)
+        identity = (hint.stat().st_ino, hint.stat().st_size)
+        again = HintedDirectory(str(hint), identity, lazy_index(hint), unexpected_rescan)
+        assert dict(again.items()) == dict(whole.items())  # the hint written, read afresh
     assert unread_answers > 300  # most answers came with blocks still unread
+    assert carried > 30  # and blocks never read were carried into the next hint as they were
+
+
+def lazy_index(hint):
+    return decode_hint_index(hint.read_bytes(), lambda end: TAIL, 10**9)
+
+
+def rewrite_hint(lazy: HintedDirectory, hint) -> int:
+    """Write the next hint of a directory partly read from ``hint`` as ``FileStorage`` does
+    (the blocks never read carried as they are), and read on from it; the blocks carried."""
+    parts = lazy.hint_parts()
+    if parts is None:  # every block read: a plain directory, encoded whole
+        hint.write_bytes(encode_hint(TAIL, 10**9, [(k, *where) for k, where in lazy.items()]))
+        return 0
+    old = hint.read_bytes()
+    kept = [part for part in parts if isinstance(part, KeptBlock)]
+    assert all(part.data in old for part in kept)
+    encoded = [
+        part if isinstance(part, KeptBlock) else [(k, *where) for k, where in part]
+        for part in parts
+    ]
+    new = encode_hint(TAIL, 10**9, [], parts=encoded)
+    temp = hint.with_name("next")
+    temp.write_bytes(new)
+    os.replace(temp, hint)
+    lazy.rebase((hint.stat().st_ino, hint.stat().st_size), lazy_index(hint))
+    assert lazy._index is not None and len(lazy._unread) == len(kept)
+    return len(kept)
 
 
 def test_a_log_with_damage_is_not_hinted_again_at_every_append(tmp_path, monkeypatch):
@@ -355,7 +389,9 @@ def test_a_log_with_damage_is_not_hinted_again_at_every_append(tmp_path, monkeyp
     assert saver.get_tuple(THREAD) is not None
     encoded = []
     real = file_storage.encode_hint
-    monkeypatch.setattr(file_storage, "encode_hint", lambda *a: encoded.append(1) or real(*a))
+    monkeypatch.setattr(
+        file_storage, "encode_hint", lambda *a, **k: encoded.append(1) or real(*a, **k)
+    )
     items = []
     monkeypatch.setattr(
         HintedDirectory, "items", lambda self: items.append(1) or KeyDirectory.items(self)

@@ -330,7 +330,10 @@ def test_a_torn_tail_is_never_read_and_the_next_append_cuts_it(tmp_path):
     intact = log_of(tmp_path).read_bytes()
     intact = intact[: scan(intact)[2]]  # the entry, without the room after it
     torn = encode_entry(PUT, f"{T}/ns/torn", b"never acknowledged" * 10)[:-7]
-    with open(log_of(tmp_path), "ab") as f:  # after the room: a writer that knew of none
+    with open(log_of(tmp_path), "r+b") as f:
+        # a writer that knew of no room: it cut the room off (a torn tail to it) first
+        f.truncate(len(intact))
+        f.seek(len(intact))
         f.write(torn)
     reports = []
     for reader in (storage, FileStorage(tmp_path)):

@@ -31,7 +31,12 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.records.keys import thread_prefix
-from langgraph_checkpoint_verified.storage.log.entries import HEADER_SIZE, LOG_TAIL_SIZE, scan
+from langgraph_checkpoint_verified.storage.log.entries import (
+    HEADER_SIZE,
+    LOG_TAIL_SIZE,
+    decode_hint_index,
+    scan,
+)
 from langgraph_checkpoint_verified.storage.log.file_storage import (
     HINT_AFTER_BYTES,
     HINT_NAME,
@@ -219,25 +224,33 @@ def test_a_thread_no_process_read_yet_is_opened_from_the_hint_its_writer_left(
 ):
     """The writer knows every key as it appends: it leaves a hint once the log has grown
     far enough past the last one, so a new process reads the hint and the tail after it
-    (at most ``HINT_AFTER_BYTES`` and twice the hint's size), never the whole log."""
+    (at most ``HINT_AFTER_BYTES`` or the hint's size, read in windows that double, so at
+    most about twice that), never the whole log."""
     root = tmp_path / "store"
     last = build_store(root, 2_000, other_threads=0)
     log, hint = log_of(root, "long"), log_of(root, "long").parent / HINT_NAME
     assert hint.exists()
-    writers_hint = hint.stat()
+    writers_hint, hint_bytes = hint.stat(), hint.read_bytes()
     counter = ReadCounter(monkeypatch)
     latest = VerifiedSaver(root).get_tuple(LONG)
     _, reads = counter.take()
     assert latest.config == last
     records, scans = split_reads(reads, log)
     scanned = sum(size for _, size in scans)
-    assert scanned <= max(HINT_AFTER_BYTES, 2 * writers_hint.st_size) < log.stat().st_size
+    assert scanned <= 2 * max(HINT_AFTER_BYTES, writers_hint.st_size) + TAIL_WINDOW
+    assert scanned < log.stat().st_size
     assert 1 <= len(records) <= MAX_RECORDS_FOR_LATEST
     read_of_hint = sum(size for path, _, size in reads if path == str(hint))
-    if scanned < HINT_AFTER_BYTES:  # the writer's hint, read a few blocks of it
+    log_bytes = log.read_bytes()
+    hint_index = decode_hint_index(
+        hint_bytes, lambda end: log_bytes[end - LOG_TAIL_SIZE : end], len(log_bytes)
+    )
+    assert hint_index is not None
+    if scan(log_bytes)[2] - hint_index.end < HINT_AFTER_BYTES:
+        # the writer's hint, read a few blocks of it
         assert read_of_hint < writers_hint.st_size / 2
         assert hint.stat().st_ino == writers_hint.st_ino
-    else:  # a reader that scanned that much leaves a new hint (reading all of the old one)
+    else:  # a reader that scanned that much leaves a new hint
         assert hint.stat().st_ino != writers_hint.st_ino
 
 
@@ -251,9 +264,9 @@ def test_records_read_do_not_grow_with_the_number_of_checkpoints(tmp_path, monke
         _, reads = counter.take()
         monkeypatch.undo()
         records, scans = split_reads(reads, log_of(tmp_path / name, "long"))
-        # what is scanned is read once: a window, then the rest of it if need be
-        assert len(scans) <= 2
+        # what is scanned is read once: windows, each twice the last, one after the other
         assert all(a + n == b for (a, n), (b, _) in zip(scans, scans[1:], strict=False))
+        assert all(n == 2 * m for (_, m), (_, n) in zip(scans, scans[1:-1], strict=False))
         counts.append(len(records))
     assert counts[1] <= counts[0] + 1
 

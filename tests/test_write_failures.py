@@ -42,12 +42,13 @@ from typing_extensions import TypedDict
 from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
-from langgraph_checkpoint_verified.storage.log.entries import PUT, encode_entry, scan
-from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
+from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry, scan
+from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, RETIRED_NAME
 from langgraph_checkpoint_verified.storage.log.room import all_zeros
 
 THREAD_ID = "disk-full"
 THREAD = {"configurable": {"thread_id": THREAD_ID}}
+RETIRED_KEY = f"{keys.thread_prefix(THREAD_ID)}/{RETIRED_NAME}"
 STEPS = 5
 ERRNOS = [errno.ENOSPC, errno.EACCES]
 
@@ -450,7 +451,8 @@ def test_prune_fails_cleanly_at_each_step_of_its_compaction(store, monkeypatch, 
 
 def test_a_failed_compaction_leaves_the_thread_as_it_was(store, monkeypatch):
     """A prune is one compaction with its changes in it: when the new log cannot be
-    made, the old one is untouched, with every checkpoint (no deletion half made)."""
+    made, the old one is as it was, with every checkpoint (no deletion half made), but
+    for its retirement at its end (which the next append makes void)."""
     saver = VerifiedSaver(store)
     log_before = log_path(store).read_bytes()
     listed_before = [t.config for t in saver.list(THREAD)]
@@ -459,7 +461,11 @@ def test_a_failed_compaction_leaves_the_thread_as_it_was(store, monkeypatch):
     with pytest.raises(StoreWriteError):
         saver.prune([THREAD_ID], strategy="keep_latest")
     monkeypatch.undo()
-    assert log_path(store).read_bytes() == log_before
+    log_after = log_path(store).read_bytes()
+    end = entries_end(log_before)
+    assert log_after[:end] == log_before[:end]
+    assert scan(log_after[end:])[0] == [scan(encode_entry(DELETE, RETIRED_KEY, b""))[0][0]]
+    assert all_zeros(log_after, entries_end(log_after))
     assert [t.config for t in VerifiedSaver(store).list(THREAD)] == listed_before
     assert temp_files(store) == []
 

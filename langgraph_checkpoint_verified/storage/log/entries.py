@@ -34,7 +34,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -273,7 +273,24 @@ class HintIndex:
     """Each block's offset in the hint file, size, and CRC-32."""
 
 
-def encode_hint(log_tail: bytes, end: int, entries: list[tuple[str, int, int]]) -> bytes:
+@dataclass(frozen=True)
+class KeptBlock:
+    """A block of an earlier hint of the same log, carried into a new hint as it is: no
+    key in its range changed since (``encode_hint``'s ``parts``)."""
+
+    first_key: str
+    data: bytes
+    crc: int
+    """The block's CRC-32, as the index of the hint it comes from holds it (checked)."""
+
+
+def encode_hint(
+    log_tail: bytes,
+    end: int,
+    entries: list[tuple[str, int, int]],
+    *,
+    parts: Sequence[KeptBlock | Sequence[tuple[str, int, int]]] | None = None,
+) -> bytes:
     """A saved key directory: which entry data of the log each key holds.
 
     The hint names its log by content, not by file: ``log_tail`` is the log's
@@ -281,6 +298,11 @@ def encode_hint(log_tail: bytes, end: int, entries: list[tuple[str, int, int]]) 
     last entry covered and the data before it. A log copied, restored from a
     backup or rewritten byte for byte keeps its hint; a log compacted since, or
     whose covered bytes were lost in a crash, no longer ends that way there.
+
+    ``parts``, given instead of ``entries``, are the hint's blocks in key order: blocks
+    of an earlier hint of this log carried as they are (``KeptBlock``: rewriting a long
+    log's hint then decodes and encodes only the blocks whose keys changed), and runs of
+    sorted entries between them, cut into blocks.
 
     Keys are sorted and cut into blocks of ``HINT_BLOCK_KEYS``, so that a
     reader finds a key, or the greatest key under a prefix, by reading the
@@ -308,26 +330,35 @@ def encode_hint(log_tail: bytes, end: int, entries: list[tuple[str, int, int]]) 
     if len(log_tail) != LOG_TAIL_SIZE:
         raise ValueError(f"a hint names its log by {LOG_TAIL_SIZE} bytes, not {len(log_tail)}")
     header = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_tail, end)
-    ordered = sorted(entries)
-    parts = [header]
+    written = [header]
     offset = len(header)
     first_keys: list[str] = []
     spans = array("Q")
-    for start in range(0, len(ordered), HINT_BLOCK_KEYS):
-        chunk = ordered[start : start + HINT_BLOCK_KEYS]
-        positions = array("Q")
-        for _, data_offset, data_size in chunk:
-            positions.extend((data_offset, data_size))
-        block = ormsgpack.packb([[key for key, _, _ in chunk], _little_endian(positions).tobytes()])
-        first_keys.append(chunk[0][0])
-        spans.extend((offset, len(block), zlib.crc32(block)))
-        parts.append(block)
+
+    def add(first_key: str, block: bytes, crc: int) -> None:
+        nonlocal offset
+        first_keys.append(first_key)
+        spans.extend((offset, len(block), crc))
+        written.append(block)
         offset += len(block)
+
+    for part in [sorted(entries)] if parts is None else parts:
+        if isinstance(part, KeptBlock):
+            add(part.first_key, part.data, part.crc)
+            continue
+        for start in range(0, len(part), HINT_BLOCK_KEYS):
+            chunk = part[start : start + HINT_BLOCK_KEYS]
+            positions = array("Q")
+            for _, data_offset, data_size in chunk:
+                positions.extend((data_offset, data_size))
+            keys = [key for key, _, _ in chunk]
+            block = ormsgpack.packb([keys, _little_endian(positions).tobytes()])
+            add(keys[0], block, zlib.crc32(block))
     index = ormsgpack.packb([first_keys, _little_endian(spans).tobytes()])
     footer = _HINT_FOOTER.pack(
         offset, len(index), zlib.crc32(index, zlib.crc32(header)), _HINT_FOOTER_MAGIC
     )
-    return b"".join([*parts, index, footer])
+    return b"".join([*written, index, footer])
 
 
 def decode_hint_index(

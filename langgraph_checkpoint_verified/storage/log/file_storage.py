@@ -72,6 +72,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     PUT,
     DamagedSpan,
     Entry,
+    KeptBlock,
     decode_hint_index,
     encode_entry,
     encode_hint,
@@ -106,8 +107,13 @@ HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 HINT_AFTER_BYTES = 256 * 1024
 """A process that read this much of a log past its hint to open it leaves a new hint for
-the next one; one that appended or caught up with this much, and twice the hint's size
-(a long log's hint is rewritten whole: see ``_hint_due``), likewise."""
+the next one; one that appended or caught up with this much, and the hint's size (see
+``_hint_due``), likewise."""
+RETIRED_NAME = ".log-retired"
+"""A log's last entry before a compaction renames a new log over it, or a deletion moves
+its thread away, is a tombstone of ``<thread>/.log-retired`` (a key no record has): a
+process that knows the log up to some point learns that its file is still at its path
+from the zeros after that point, and looks at the path again when it reads this."""
 _OPEN_LOGS = 256
 _OPENINGS = itertools.count(1)
 
@@ -205,48 +211,65 @@ class FileStorage:
         finally:
             del views[thread_key]
 
-    def _refresh(self, log: ThreadLog, st: os.stat_result | None = None) -> None:
-        """Bring ``log.index`` up to date with the file (caller holds ``log.lock``);
-        ``st``: a ``stat`` of the log's path the caller just made."""
+    def _refresh(self, log: ThreadLog, *, appending: bool = False) -> os.stat_result | None:
+        """Bring ``log.index`` up to date with the file (caller holds ``log.lock``; with
+        ``appending``, the log's ``flock`` too). Returns the ``stat`` of the log's path
+        made to do so, ``None`` if none was needed.
+
+        No file-system call when this process knows the log up to where zeros follow
+        (room nobody appended to): the file is then still at its path, since whoever
+        moves it appends ``RETIRED_NAME`` first. Else one ``stat`` of the path says
+        whether it names another file now (read afresh) or how long the file is.
+        """
         views: dict[str, ThreadLog | None] = self._views.__dict__.get("logs", {})
         if log.thread_key in views:
-            if st is None and views[log.thread_key] is log and log.built:
-                return  # caught up with once in this block already
+            if not appending and views[log.thread_key] is log and log.built:
+                return None  # caught up with once in this block already
             views[log.thread_key] = log
-        if st is None:
-            try:
-                st = os.stat(log.path)
-            except (FileNotFoundError, NotADirectoryError):
-                if log.ino is not None or not log.built:
-                    log.close()
-                    self._rebuild(log, None)
-                return
+        if (
+            log.fd is not None
+            and log.built
+            and log.room
+            and not log.retiring
+            and self._nothing_appended(log)
+        ):
+            return None
+        try:
+            st = os.stat(log.path)
+        except (FileNotFoundError, NotADirectoryError):
+            if log.ino is not None or not log.built:
+                log.close()
+                self._rebuild(log, None)
+            return None
         if st.st_ino != log.ino:
             log.close_read()
             try:
                 log.fd = os.open(log.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
                 self._rebuild(log, None)
-                return
+                return None
             log.ino = os.fstat(log.fd).st_ino
             log.opening = next(_OPENINGS)
             self._rebuild(log, log.fd)
-            return
+            return st
         if st.st_size > log.end and not (
             log.room and st.st_size == log.size and self._nothing_appended(log)
         ):
             self._read_tail(log, log.fd, st.st_size)  # type: ignore[arg-type]
+        return st
 
     @staticmethod
     def _nothing_appended(log: ThreadLog) -> bool:
-        """Whether the log still has room at ``end`` (zeros where an entry header would
-        start), as it had when last read: appends overwrite the room, so the file's size
-        does not say whether another process appended, its next header does."""
+        """Whether the log still has room at ``end`` (a whole entry header of zeros there),
+        as it had when last read: appends overwrite the room, so the file's size does not
+        say whether another process appended, its next header does."""
         assert log.fd is not None
-        return all_zeros(os.pread(log.fd, HEADER_SIZE, log.end))
+        header = os.pread(log.fd, HEADER_SIZE, log.end)
+        return len(header) == HEADER_SIZE and all_zeros(header)
 
     def _rebuild(self, log: ThreadLog, fd: int | None) -> None:
         log.built = True
+        log.retiring = False
         log.spans = []
         log.holds_damage = False
         log.shadowed = {}
@@ -320,20 +343,30 @@ class FileStorage:
         """
         if log.holds_damage or log.fd is None or log.end < LOG_TAIL_SIZE:
             return
-        entries = []
-        for key, where in log.index.items():
-            if not isinstance(where, tuple) or isinstance(where, DamagedEntry):
-                log.hint_end = log.end  # not again before the log has grown as much again
-                return
-            entries.append((key, where[0], where[1]))
+        directory = log.index
+        # a directory still partly in its hint carries the blocks it never read as they
+        # are: only the blocks whose keys changed are decoded and encoded again
+        carried = directory.hint_parts() if isinstance(directory, HintedDirectory) else None
+        parts: builtins.list[Any] = []
+        for part in [sorted(directory.items())] if carried is None else carried:
+            if isinstance(part, KeptBlock):
+                parts.append(part)
+                continue
+            entries = []
+            for key, where in part:
+                if not isinstance(where, tuple) or isinstance(where, DamagedEntry):
+                    log.hint_end = log.end  # not again before the log has grown as much again
+                    return
+                entries.append((key, where[0], where[1]))
+            parts.append(entries)
         temp = temp_path(log.directory)
         try:
-            data = encode_hint(
-                os.pread(log.fd, LOG_TAIL_SIZE, log.end - LOG_TAIL_SIZE), log.end, entries
-            )
+            log_tail = os.pread(log.fd, LOG_TAIL_SIZE, log.end - LOG_TAIL_SIZE)
+            data = encode_hint(log_tail, log.end, [], parts=parts)
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             try:
                 _write_all(fd, data)
+                written = os.fstat(fd)
             finally:
                 os.close(fd)
             os.replace(temp, f"{log.directory}/{HINT_NAME}")
@@ -341,6 +374,11 @@ class FileStorage:
             remove_quietly(temp)  # a read-only store, a full disk: no hint, nothing lost
             return
         log.hint_end, log.hint_size = log.end, len(data)
+        if carried is not None:
+            # read on from the new hint (the old one is gone)
+            index = decode_hint_index(data, lambda end: log_tail, log.end)
+            assert isinstance(directory, HintedDirectory) and index is not None
+            directory.rebase((written.st_ino, written.st_size), index)
 
     def _record_files(self, directory: str, thread_key: str) -> Iterator[tuple[str, str]]:
         """Records stored one file each (the layout before logs), if there are any.
@@ -382,6 +420,11 @@ class FileStorage:
         if tail.damaged or not self._apply_entries(log, base, tail.entries, thread_key):
             self._apply_in_order(log, base, tail, thread_key)
         log.end = base + tail.end
+        if tail.entries:
+            # entries after a retirement: it was not followed through (a crash), the log
+            # is still its thread's
+            last = tail.entries[-1]
+            log.retiring = last.kind == DELETE and last.key == f"{thread_key}/{RETIRED_NAME}"
         if self._hint_due(log):
             self._write_hint(log)
 
@@ -560,6 +603,7 @@ class FileStorage:
             log.room = False
             raise StoreWriteError(log.path, exc) from exc
         log.room, log.size = True, size
+        log.retiring = False  # entries after a retirement: it was not followed through
         log.parity.protect(fd, log.ino or 0, log.end, appended)
         # the entries are where we put them: no need to read them back
         offset = log.end
@@ -571,19 +615,21 @@ class FileStorage:
 
     def _hint_due(self, log: ThreadLog) -> bool:
         """Whether the key directory is worth saving again: the log has grown past its
-        hint by ``HINT_AFTER_BYTES`` and by twice the hint's own size, so that rewriting
-        the hint whole costs at most half as many bytes as were appended, and what a
-        process opening the thread scans after the hint stays within that."""
+        hint by ``HINT_AFTER_BYTES`` and by the hint's own size, so that rewriting the
+        hint costs at most as many bytes as were appended, and what a process opening
+        the thread scans after the hint stays within that."""
         if log.holds_damage:
             return False  # no hint is left for a log with damage: do not try at every append
-        return log.end - log.hint_end >= max(HINT_AFTER_BYTES, 2 * log.hint_size)
+        return log.end - log.hint_end >= max(HINT_AFTER_BYTES, log.hint_size)
 
     @contextmanager
     def _appending(self, log: ThreadLog) -> Iterator[tuple[int, int]]:
         """The log's append descriptor under an exclusive ``flock``, and the file's size,
         with the key directory read up to it (creates the log; caller holds ``log.lock``).
 
-        The descriptor stays open between appends: under the lock, one ``stat`` of the
+        The descriptor stays open between appends. Under the lock, zeros where this
+        process knows the log to end say it is still the log and nobody appended, with
+        no call but that read (``_refresh``); anything else, and one ``stat`` of the
         path says whether it still names that file (a compaction renames a new log
         over it, a deletion renames the thread away) and how long it is.
         """
@@ -591,42 +637,61 @@ class FileStorage:
             fd = self._append_descriptor(log)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                try:
-                    st: os.stat_result | None = os.stat(log.path)
-                except FileNotFoundError:
-                    st = None
             except OSError as exc:
                 log.close_append()
                 raise StoreWriteError(log.path, exc) from exc
             except BaseException:
                 log.close_append()
                 raise
-            if st is not None and st.st_ino == log.append_ino:
+            try:
+                st = self._refresh(log, appending=True)
+                if log.ino is not None and log.ino != log.append_ino and st is None:
+                    # the file read is not the one appended to: the path says which is
+                    log.close_read()
+                    st = self._refresh(log, appending=True)
+            except BaseException:
+                if log.append_fd == fd:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                raise
+            if log.ino is not None and log.ino == log.append_ino:
                 break
             log.close_append()  # replaced or deleted since: append to what is there now
         try:
-            self._refresh(log, st)
-            yield fd, st.st_size
+            yield fd, log.size if st is None else st.st_size
         finally:
             if log.append_fd == fd:
                 fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _retire(self, log: ThreadLog, fd: int, size: int) -> None:
+        """Append the log's retirement (``RETIRED_NAME``) before its file leaves its path
+        (caller holds its flock, through to the rename): whoever knew the log up to here
+        reads it, and looks at the path again."""
+        thread_key = os.path.relpath(log.directory, self.files.location(""))
+        self._append_locked(
+            log, fd, size, [(DELETE, f"{thread_key}/{RETIRED_NAME}", b"")], durable=False
+        )
+        log.retiring = True  # and so does this process, should the move fail
 
     def _append_descriptor(self, log: ThreadLog) -> int:
         """``log.append_fd``, opened (and the log created, durably) if it is not open."""
         if log.append_fd is not None:
             return log.append_fd
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        try:
-            self.files.ensure_directory(log.directory, sync=self.fsync)
-            created = not os.path.exists(log.path)
-            if created:
-                # the sidecar first: a log with room always has one, and a torn first
-                # append is then known for one (``ParityFile.covers_beyond``)
-                log.parity.create()
-            fd = os.open(log.path, flags, FILE_MODE)
-        except OSError as exc:
-            self.files.forget_directories()
-            raise StoreWriteError(log.path, exc) from exc
+        for attempt in (1, 2):
+            try:
+                self.files.ensure_directory(log.directory, sync=self.fsync)
+                created = not os.path.exists(log.path)
+                if created:
+                    # the sidecar first: a log with room always has one, and a torn first
+                    # append is then known for one (``ParityFile.covers_beyond``)
+                    log.parity.create()
+                fd = os.open(log.path, flags, FILE_MODE)
+                break
+            except OSError as exc:
+                self.files.forget_directories()
+                if attempt == 1 and isinstance(exc, FileNotFoundError):
+                    continue  # the thread's directory was deleted since it was made: again
+                raise StoreWriteError(log.path, exc) from exc
         log.append_fd, log.append_ino = fd, os.fstat(fd).st_ino
         if created and self.fsync:
             try:
@@ -782,14 +847,20 @@ class FileStorage:
 
     def delete_tree(self, prefix: str) -> None:
         thread_key = self._thread_dir_key(prefix)
-        if thread_key is None or thread_key == prefix:
+        if thread_key is None:
             self.files.delete_tree(prefix)
-            if thread_key is not None:
+            return
+        if thread_key == prefix:
+            log = self._log(thread_key)
+            with log.lock:
+                if os.path.isdir(log.directory):
+                    with self._appending(log) as (fd, size):
+                        self._retire(log, fd, size)
+                        self.files.delete_tree(prefix)
                 with self._lock:
-                    log = self._logs.pop(thread_key, None)
-                if log is not None:
-                    with log.lock:
-                        log.close()
+                    if self._logs.get(thread_key) is log:
+                        del self._logs[thread_key]
+                log.close()
             return
         log = self._log(thread_key)
         with log.lock:
@@ -901,7 +972,7 @@ class FileStorage:
             if any(data is not None for data in changes.values()):
                 self.write_many([(k, d) for k, d in changes.items() if d is not None])
             return
-        with log.lock, self._appending(log):
+        with log.lock, self._appending(log) as (append_fd, size):
             live: list[tuple[int, str, bytes]] = []
             folded: list[str] = []
             for key in log.index.keys_under(thread_key):
@@ -929,6 +1000,7 @@ class FileStorage:
                 finally:
                     os.close(fd)
                 write_parity_file(parity_temp, data, fsync=self.fsync)
+                self._retire(log, append_fd, size)
                 # A sidecar never stands beside a log it is not of, whatever a crash
                 # keeps: the old one is gone (durably) before the new log is renamed
                 # in, and the new one follows it. In between, the log is unprotected,

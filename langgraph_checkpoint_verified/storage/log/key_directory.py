@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from langgraph_checkpoint_verified.storage.log.entries import HintIndex, hint_block
+from langgraph_checkpoint_verified.storage.log.entries import HintIndex, KeptBlock, hint_block
 
 
 class KeyDirectory(dict[str, Any]):
@@ -195,17 +195,64 @@ class HintedDirectory(KeyDirectory):
 
     def _read_hint(self, size: int, offset: int) -> bytes:
         """Bytes of the hint file the index was read from; none if it is another file now."""
+        return self._read_hint_spans([(offset, size)])[0]
+
+    def _read_hint_spans(self, spans: builtins.list[tuple[int, int]]) -> builtins.list[bytes]:
+        """Each ``(offset, size)`` of the hint file the index was read from, with one
+        opening of it; none if it is another file now."""
         try:
             fd = os.open(self._hint_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
-            return b""
+            return [b""] * len(spans)
         try:
             st = os.fstat(fd)
             if (st.st_ino, st.st_size) != self._hint_identity:
-                return b""  # replaced: a hint does not verify against another's index
-            return os.pread(fd, size, offset)
+                return [b""] * len(spans)  # replaced: it does not verify against this index
+            return [os.pread(fd, size, offset) for offset, size in spans]
         finally:
             os.close(fd)
+
+    # -- writing the next hint ---------------------------------------------------------------
+
+    def hint_parts(self) -> builtins.list[Any] | None:
+        """The directory as the parts of a new hint (``encode_hint``), in key order: each
+        block never read, as the hint holds it (a key changed since would have read its
+        block first), and the keys read or changed between them, as ``(key, where)``.
+
+        ``None`` once every block is read (the directory is then complete: encode its
+        items), or if the hint file is another one now.
+        """
+        index = self._index
+        if index is None:
+            return None
+        unread = sorted(self._unread)
+        blocks = self._read_hint_spans([index.blocks[n][:2] for n in unread])
+        loaded = sorted(dict.items(self))
+        loaded_keys = [key for key, _ in loaded]
+        parts: builtins.list[Any] = []
+        taken = 0
+        for number, data in zip(unread, blocks, strict=True):
+            _, size, crc = index.blocks[number]
+            if len(data) != size:
+                return None
+            # carried with the CRC-32 it had: one damaged since is found when read, as here
+            first_key = index.first_keys[number]
+            cut = bisect.bisect_left(loaded_keys, first_key)
+            parts.append(loaded[taken:cut])
+            parts.append(KeptBlock(first_key, data, crc))
+            taken = cut
+        parts.append(loaded[taken:])
+        return parts
+
+    def rebase(self, hint_identity: tuple[int, int], index: HintIndex) -> None:
+        """Read on from a new hint written from ``hint_parts``: its carried blocks are
+        still unread, the rest is in the directory already."""
+        kept = {self._index.first_keys[n] for n in self._unread} if self._index else set()
+        self._hint_identity = hint_identity
+        self._index = index
+        self._unread = {n for n, first in enumerate(index.first_keys) if first in kept}
+        if not self._unread:
+            self._index = None
 
     def _block_of(self, key: str) -> int:
         assert self._index is not None

@@ -51,21 +51,17 @@ def read_tail(fd: int, parity: ParityFile, base: int, size: int, *, window: bool
     """What the log open as ``fd`` holds from ``base`` to ``size``: rebuilt from parity
     where it fails its checks, and told apart from the room and from a torn tail.
 
-    ``window``: the log had room after ``base`` when last read, so ``TAIL_WINDOW``
-    bytes are read first, and the rest only if they do not end in room.
+    ``window``: the log had room after ``base`` when last read, so it is read a window
+    at a time (``TAIL_WINDOW``, then twice as much each time) until intact entries end
+    in room: the rest of the room is not read. Anything else found on the way (damage,
+    a torn write) has the whole of it read.
     """
-    data = os.pread(fd, min(size - base, TAIL_WINDOW) if window else size - base, base)
+    if window:
+        up_to_room = _read_up_to_room(fd, parity, base, size)
+        if up_to_room is not None:
+            return up_to_room
+    data = os.pread(fd, size - base, base)
     entries, damaged, end = scan(data)
-    if (
-        not damaged
-        and end < len(data)
-        and all_zeros(data, end)
-        and parity.covers_beyond(base + end) is False
-    ):
-        return Tail(data, entries, [], end, room=True, healed=[])  # the rest: room, unread
-    if len(data) < size - base:  # more than the window: the rest of it
-        data += os.pread(fd, size - base - len(data), base + len(data))
-        entries, damaged, end = scan(data)
     cut: int | None = None
     if _trailing(entries, damaged, data):
         # Entries complete by their headers but failing their checksums, then only
@@ -97,6 +93,27 @@ def read_tail(fd: int, parity: ParityFile, base: int, size: int, *, window: bool
     if cut is not None:
         damaged, end = [d for d in damaged if d.offset < cut], cut
     return Tail(data, entries, damaged, end, room=room, healed=healed)
+
+
+def _read_up_to_room(fd: int, parity: ParityFile, base: int, size: int) -> Tail | None:
+    """The intact entries from ``base`` and the room after them, read a window at a time
+    (each twice the last); ``None`` if anything but intact entries and room is found."""
+    data = b""
+    entries: builtins.list[Entry] = []
+    end = 0
+    window = TAIL_WINDOW
+    while len(data) < size - base:
+        data += os.pread(fd, min(window, size - base - len(data)), base + len(data))
+        found, damaged, end = scan(data, end)  # from the entry the last window cut
+        if damaged:
+            return None
+        entries += found
+        if end < len(data) and all_zeros(data, end):
+            if parity.covers_beyond(base + end) is False:
+                return Tail(data, entries, [], end, room=True, healed=[])
+            return None
+        window *= 2
+    return None
 
 
 def _trailing(

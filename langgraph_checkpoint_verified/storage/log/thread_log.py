@@ -79,8 +79,12 @@ class ThreadLog:
         self.healed: set[int] = set()
         """Offsets of the blocks rebuilt from parity so far (each is reported once)."""
         self.append_fd: int | None = None
-        """Kept open between appends: one ``stat`` under the lock says it is still the log."""
+        """Kept open between appends (see ``FileStorage._appending``)."""
         self.append_ino: int | None = None
+        self.retiring = False
+        """Whether the last entry read is the log's retirement (a compaction or a deletion
+        moves it from its path next): until the path names another file, every look at
+        the log looks at its path too."""
 
     def close(self) -> None:
         self.close_read()

@@ -19,13 +19,14 @@ import fcntl
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from logtools import lose_parity
 
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
-from langgraph_checkpoint_verified.storage.base import LOCK_NAME
 from langgraph_checkpoint_verified.storage.files import RecordFileStorage
 from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, FileStorage
@@ -241,23 +242,64 @@ def test_stamp_changes_whenever_the_record_does(tmp_path):
     assert storage.stamp("store.marker") is not None
 
 
-def test_lock_is_a_flock_on_the_threads_lock_file(tmp_path):
+def test_a_threads_lock_is_its_logs_flock_and_appends_inside_take_no_lock(tmp_path, monkeypatch):
     storage = FileStorage(tmp_path)
     storage.write(f"{T}/ns/a", b"1")
-    lock_file = tmp_path / T / LOCK_NAME
+    flocks = []
+    real_flock = fcntl.flock
+    monkeypatch.setattr(fcntl, "flock", lambda fd, op: flocks.append(op) or real_flock(fd, op))
     with storage.lock(T, exclusive=True):
-        fd = os.open(lock_file, os.O_RDONLY)
+        taken = len(flocks)
+        fd = os.open(log_of(tmp_path), os.O_RDONLY)
         try:
             with pytest.raises(BlockingIOError):
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                real_flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         finally:
             os.close(fd)
-        # appending does not take the thread lock, only the log's own
         storage.write(f"{T}/ns/b", b"2")
-    with storage.lock(T, exclusive=False), storage.lock(T, exclusive=False):
-        pass
-    # the lock file is no record
-    assert list(storage.walk(T)) == [f"{T}/ns/a", f"{T}/ns/b"]
+        with storage.lock(T, exclusive=False):  # the thread holding it takes it again
+            storage.write(f"{T}/ns/c", b"3")
+        assert len(flocks) == taken  # the appends inside the block took no lock
+    fd = os.open(log_of(tmp_path), os.O_RDONLY)
+    real_flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go at the block's end
+    os.close(fd)
+    assert list(storage.walk(T)) == [f"{T}/ns/a", f"{T}/ns/b", f"{T}/ns/c"]
+
+
+def blocked_flock_waiters() -> int:
+    return sum(
+        "->" in line and "FLOCK" in line for line in Path("/proc/locks").read_text().splitlines()
+    )
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs /proc/locks")
+def test_another_process_appends_after_a_lock_block_ends_not_inside_it(tmp_path):
+    """Whoever holds the thread's lock decides and appends as one step: another process's
+    append waits for the block to end (seen waiting in ``/proc/locks``), then comes after
+    everything the block appended."""
+    holder, other = FileStorage(tmp_path), FileStorage(tmp_path)
+    holder.write(f"{T}/ns/first", b"1")
+    other.read(f"{T}/ns/first")
+    waiters = blocked_flock_waiters()
+    appended = threading.Event()
+
+    def append_elsewhere() -> None:
+        other.write(f"{T}/ns/theirs", b"after")
+        appended.set()
+
+    with holder.lock(T, exclusive=False):
+        writer = threading.Thread(target=append_elsewhere)
+        writer.start()
+        deadline = time.monotonic() + 60
+        while blocked_flock_waiters() <= waiters:
+            assert time.monotonic() < deadline, "the other append never waited for the lock"
+            time.sleep(0.01)
+        assert not appended.is_set()
+        holder.write(f"{T}/ns/mine", b"inside")
+    writer.join()
+    entries = [e.key for e in scan(log_of(tmp_path).read_bytes())[0]]
+    assert entries == [f"{T}/ns/first", f"{T}/ns/mine", f"{T}/ns/theirs"]
+    assert FileStorage(tmp_path).read(f"{T}/ns/theirs") == b"after"
 
 
 def test_compact_keeps_exactly_the_live_records_in_a_new_file(tmp_path):

@@ -42,7 +42,6 @@ from readonly_child import install
 from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
 from langgraph_checkpoint_verified.cli import main
 from langgraph_checkpoint_verified.records.keys import checkpoint_key, thread_prefix
-from langgraph_checkpoint_verified.storage.base import LOCK_NAME
 from langgraph_checkpoint_verified.storage.log.entries import PUT, encode_entry, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
 
@@ -210,37 +209,36 @@ def try_lock_elsewhere(lock_file: Path, exclusive: bool) -> str:
 def test_the_thread_lock_still_locks_on_a_read_only_store(
     tmp_path: Path, make_read_only: Callable[[Path], None]
 ) -> None:
-    """flock works on a file opened read-only: a read-only store still has a lock."""
+    """A thread's lock is its log's flock, and flock works on a file opened read-only: a
+    read-only store still has a lock; an append inside the block says it cannot write."""
     store = tmp_path / "store"
     make_store(store)
-    lock_file = store / thread_prefix("alpha") / LOCK_NAME
-    assert lock_file.exists()
+    log = store / thread_prefix("alpha") / LOG_NAME
     files = snapshot(store)
     make_read_only(store)
     storage = VerifiedSaver(store).storage
 
-    with storage.lock(thread_prefix("alpha"), exclusive=True):
-        assert try_lock_elsewhere(lock_file, exclusive=False) == "held"
-    with storage.lock(thread_prefix("alpha"), exclusive=False):
-        assert try_lock_elsewhere(lock_file, exclusive=False) == "taken"
-        assert try_lock_elsewhere(lock_file, exclusive=True) == "held"
-    assert try_lock_elsewhere(lock_file, exclusive=True) == "taken"
+    for exclusive in (True, False):
+        with storage.lock(thread_prefix("alpha"), exclusive=exclusive):
+            assert try_lock_elsewhere(log, exclusive=False) == "held"
+            with pytest.raises(StoreWriteError):
+                storage.write(f"{thread_prefix('alpha')}/ns/~/x", b"never")
+    assert try_lock_elsewhere(log, exclusive=True) == "taken"
     assert snapshot(store) == files
 
 
-def test_without_a_lock_file_a_read_only_store_is_not_locked_and_nothing_is_made(
+def test_a_read_only_store_without_a_log_is_not_locked_and_nothing_is_made(
     tmp_path: Path, make_read_only: Callable[[Path], None]
 ) -> None:
-    """No lock file, and none can be made: nobody can write there, so there is
-    nothing to exclude. Neither the file nor a missing thread's directory is made."""
+    """No log, and none can be made: nobody can write there, so there is nothing to
+    exclude. Neither a log nor a missing thread's directory is made."""
     store = tmp_path / "store"
     make_store(store)
-    (store / thread_prefix("alpha") / LOCK_NAME).unlink()
     files = snapshot(store)
     make_read_only(store)
     storage = VerifiedSaver(store).storage
 
-    for prefix in (thread_prefix("alpha"), thread_prefix("never-written")):
+    for prefix in (thread_prefix("never-written"),):
         for exclusive in (True, False):
             with storage.lock(prefix, exclusive=exclusive):
                 pass

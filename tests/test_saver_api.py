@@ -371,34 +371,38 @@ def test_writes_share_the_thread_lock_and_maintenance_takes_it_alone(tmp_path):
 
 
 def test_a_lock_won_on_a_deleted_directory_is_taken_again_on_the_new_one(tmp_path, monkeypatch):
-    """delete_thread renames the thread directory, lock file and all, while a put may be
-    waiting on that lock; the waiter must then lock the thread as it is now."""
+    """delete_thread renames the thread directory away, log and all, while a put may be
+    waiting on the log's lock; the waiter must then lock the thread as it is now."""
+    import fcntl
+
     from langgraph_checkpoint_verified.records.keys import thread_prefix
-    from langgraph_checkpoint_verified.storage import files, locks
+    from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
 
     saver = VerifiedSaver(tmp_path / "s")
     put_chain(saver, "t", 1)
     prefix = thread_prefix("t")
-    real_flock = locks.fcntl.flock
+    elsewhere = VerifiedSaver(tmp_path / "s")  # another process
+    real_flock = fcntl.flock
     calls = []
 
     def flock_while_the_thread_is_deleted(fd, operation):
         calls.append(operation)
         if len(calls) == 1:
-            saver.storage.delete_tree(prefix)  # what a concurrent delete_thread does
+            elsewhere.delete_thread("t")
         return real_flock(fd, operation)
 
-    monkeypatch.setattr(locks.fcntl, "flock", flock_while_the_thread_is_deleted)
+    monkeypatch.setattr(fcntl, "flock", flock_while_the_thread_is_deleted)
     with saver.storage.lock(prefix, exclusive=False):
-        lock_file = tmp_path / "s" / prefix / files.LOCK_NAME
-        assert lock_file.exists()  # the new directory's lock, not the deleted one's
-        probe = os.open(lock_file, os.O_RDONLY)
-        with pytest.raises(BlockingIOError):  # ...and it is held
-            real_flock(probe, locks.fcntl.LOCK_EX | locks.fcntl.LOCK_NB)
+        log = tmp_path / "s" / prefix / LOG_NAME
+        assert log.exists()  # the new directory's log, not the deleted one's
+        probe = os.open(log, os.O_RDONLY)
+        with pytest.raises(BlockingIOError):  # ...and its lock is held
+            real_flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.close(probe)
-    # taken on the deleted file, let go, taken on the new one
-    assert [op for op in calls if op != locks.fcntl.LOCK_UN] == [locks.fcntl.LOCK_SH] * 2
-    monkeypatch.undo()
+        monkeypatch.undo()
+    # taken on the deleted log (closed with it), then on the new one
+    mine = [op for op in calls[1:] if op != fcntl.LOCK_UN]
+    assert calls[0] == fcntl.LOCK_EX and mine[-1] == fcntl.LOCK_EX
     assert saver.get_tuple(generate_config("t")) is None  # the thread is really gone
 
 

@@ -169,8 +169,8 @@ def test_without_fsync_nothing_is_synced_and_the_rest_is_the_same(tmp_path, api)
 
 
 def test_the_counts_see_the_calls_the_saver_makes(tmp_path):
-    # the counter is not blind: a put on a new thread costs more (its directories and lock
-    # file), and every operation is made by the thread that called put
+    # the counter is not blind: a put on a new thread costs more (its directories and its
+    # log), and every operation is made by the thread that called put
     root = tmp_path / "store"
     root.mkdir()
     with FaultFS.counting(root) as disk:
@@ -187,7 +187,7 @@ def test_the_counts_see_the_calls_the_saver_makes(tmp_path):
             saver.put({"configurable": {"thread_id": "new"}}, checkpoint, {}, {"x": 1})
     first = Tally.of(ops)
     assert first.new_dirs > 0 and first.dir_syncs > DIR_SYNCS_PER_PUT
-    # the thread's lock file, its log and the log's parity
-    assert first.new_files == NEW_FILES_PER_PUT + 3
+    # the thread's log (its flock is the thread's lock) and the log's parity
+    assert first.new_files == NEW_FILES_PER_PUT + 2
     assert ops == disk.ops[-len(ops) :]  # after the ones opening the store made
     assert {op.thread for op in ops} == {threading.get_ident()}

@@ -11,7 +11,6 @@ use any more, so that the store verifies afterwards.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import secrets
@@ -24,13 +23,13 @@ from typing import Any
 
 from langgraph_checkpoint_verified.errors import RecordDamagedError
 from langgraph_checkpoint_verified.records.format import Codec, RecordKind
-from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX, Storage
+from langgraph_checkpoint_verified.storage.base import (
+    CANNOT_WRITE_ERRNOS,
+    QUARANTINE_PREFIX,
+    Storage,
+)
 
 logger = logging.getLogger("langgraph_checkpoint_verified")
-
-CANNOT_WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
-"""``OSError`` numbers that say this process cannot change the store (permissions, a
-read-only mount): damage is then read past and reported, and left where it is."""
 
 
 @dataclass(frozen=True)

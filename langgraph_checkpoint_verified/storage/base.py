@@ -11,6 +11,7 @@ record) and ``ObjectStorage`` (``objects``: S3).
 from __future__ import annotations
 
 import builtins
+import errno
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol, runtime_checkable
@@ -19,6 +20,9 @@ QUARANTINE_PREFIX = "quarantine"
 LOCK_NAME = ".lock"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+CANNOT_WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+"""``OSError`` numbers that say this process cannot change the store (permissions, a
+read-only mount): damage is then read past and reported, and left where it is."""
 
 
 @runtime_checkable

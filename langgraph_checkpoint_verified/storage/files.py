@@ -27,6 +27,7 @@ if sys.platform != "win32":
     pass
 
 from langgraph_checkpoint_verified.storage.base import (
+    CANNOT_WRITE_ERRNOS,
     DIR_MODE,
     FILE_MODE,
     LOCK_NAME,
@@ -277,7 +278,7 @@ class RecordFileStorage(OneRecordPerWrite):
         """A descriptor of the lock file (made if missing); ``None`` if there is none
         and this process cannot make one."""
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        cannot_write = (errno.EACCES, errno.EPERM, errno.EROFS)  # permissions, read-only mount
+        cannot_write = CANNOT_WRITE_ERRNOS  # permissions, a read-only mount
         try:
             try:
                 self.ensure_directory(directory, sync=self.fsync)

@@ -22,11 +22,13 @@ new file by its inode and read it afresh.
 
 Appends take an exclusive ``flock`` on the log for the write and its sync, so
 two processes never interleave entries, and whoever appends first cuts off a
-torn tail left by a crash. Readers take no lock: an entry half-written at the
-moment they read is a torn tail to them, not damage. The append descriptor stays
-open between appends (one ``stat`` under the lock says it is still the log), and a
-process knows another appended when the header where the room started is no longer
-zeros.
+torn tail left by a crash; the thread's lock (``lock``) is that same ``flock``,
+held for a whole put or maintenance step. Readers take no lock: an entry
+half-written at the moment they read is a torn tail to them, not damage. The
+append descriptor stays open between appends, and a process knows nobody appended
+or moved the log when the header where it knows the log to end is still zeros: a
+log is moved from its path (compaction, deletion) only after its retirement
+(``RETIRED_NAME``) is appended. Anything else there, and one ``stat`` of the path.
 
 Beside each log, ``log.parity`` (``storage.log.parity``, ``storage.log.redundancy``)
 is brought up to date after each append's sync, with no sync of its own. A read
@@ -57,7 +59,7 @@ from typing import Any
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
-from langgraph_checkpoint_verified.storage.base import FILE_MODE, LOCK_NAME
+from langgraph_checkpoint_verified.storage.base import CANNOT_WRITE_ERRNOS, FILE_MODE, LOCK_NAME
 from langgraph_checkpoint_verified.storage.files import (
     RecordFileStorage,
     remove_if_abandoned,
@@ -161,10 +163,12 @@ class FileStorage:
         weakref.finalize(self, _close_logs, self._logs)
 
     def forget_append_descriptors(self) -> None:
-        """Close the descriptors kept open for appending (a forked child must not share
-        its parent's: a ``flock`` belongs to the open file, which fork shares)."""
+        """In a forked child: close the descriptors kept open for appending (the child must
+        not share its parent's: a ``flock`` belongs to the open file, which fork shares),
+        and let go of the locks the parent's other threads held."""
+        self._lock = threading.Lock()
         for log in list(self._logs.values()):
-            log.close_append()
+            log.forget_locks_in_child()
 
     # -- routing ------------------------------------------------------------
 
@@ -186,12 +190,26 @@ class FileStorage:
             if log is None:
                 log = ThreadLog(self.files.location(thread_key), thread_key)
                 self._logs[thread_key] = log
-                while len(self._logs) > _OPEN_LOGS:
-                    _, old = self._logs.popitem(last=False)
-                    with old.lock:
-                        old.close()
+                self._close_idle_beyond(_OPEN_LOGS)
             self._logs.move_to_end(thread_key)
             return log
+
+    def _close_idle_beyond(self, limit: int) -> None:
+        """Close least recently used logs no thread appends to or holds locked, until at
+        most ``limit`` are open (caller holds ``self._lock``)."""
+        for thread_key, old in list(self._logs.items()):
+            if len(self._logs) <= limit:
+                return
+            if not old.writing.acquire(blocking=False):
+                continue
+            try:
+                if old.held:
+                    continue  # this very thread holds it locked
+                del self._logs[thread_key]
+                with old.lock:
+                    old.close()
+            finally:
+                old.writing.release()
 
     # -- keeping the key directory up to date --------------------------------
 
@@ -547,7 +565,7 @@ class FileStorage:
         replace: bool = True,
         durable: bool = True,
     ) -> builtins.list[bool]:
-        with log.lock:
+        with log.writing, log.lock:
             with self._appending(log) as (fd, size):
                 chosen = [
                     replace or kind != PUT or key not in log.index for kind, key, _ in entries
@@ -625,7 +643,29 @@ class FileStorage:
     @contextmanager
     def _appending(self, log: ThreadLog) -> Iterator[tuple[int, int]]:
         """The log's append descriptor under an exclusive ``flock``, and the file's size,
-        with the key directory read up to it (creates the log; caller holds ``log.lock``).
+        with the key directory read up to it (creates the log; caller holds
+        ``log.writing`` and ``log.lock``). Inside a ``lock`` block of the thread, its
+        ``flock`` is held already, and kept when the block ends."""
+        if log.held and log.held_append and log.append_fd is not None:
+            yield log.append_fd, log.size  # nobody else can have appended
+            return
+        if log.held and log.held_read_only is not None:
+            raise log.held_read_only[1]  # the block could not open the log to write it
+        fd, size = self._lock_for_append(log)
+        if log.held:
+            log.held_append = True  # kept to the block's end
+            yield fd, size
+            return
+        try:
+            yield fd, size
+        finally:
+            if log.append_fd == fd:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _lock_for_append(self, log: ThreadLog) -> tuple[int, int]:
+        """Take the ``flock`` of the log's append descriptor (opened, and the log made, if
+        need be), with the key directory read up to the file's end; that descriptor and
+        the file's size.
 
         The descriptor stays open between appends. Under the lock, zeros where this
         process knows the log to end say it is still the log and nobody appended, with
@@ -654,13 +694,73 @@ class FileStorage:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 raise
             if log.ino is not None and log.ino == log.append_ino:
-                break
+                return fd, log.size if st is None else st.st_size
             log.close_append()  # replaced or deleted since: append to what is there now
+
+    def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
+        """A thread's lock is its log's ``flock``, taken for the block's length: puts
+        (shared) decide what they refer to and append under it, maintenance (exclusive)
+        what it keeps, so neither sees the other half done. Appends inside the block
+        take no lock of their own. Other prefixes: ``RecordFileStorage.lock``."""
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None or thread_key != prefix:
+            return self.files.lock(prefix, exclusive=exclusive)
+        return self._holding(self._log(thread_key))
+
+    @contextmanager
+    def _holding(self, log: ThreadLog) -> Iterator[None]:
+        """No other thread or process appends to ``log`` while the block lasts."""
+        with log.writing:
+            if log.held:
+                log.held += 1
+                try:
+                    yield
+                finally:
+                    log.held -= 1
+                return
+            with log.lock:
+                self._lock_to_hold(log)
+            log.held = 1
+            try:
+                yield
+            finally:
+                log.held = 0
+                with log.lock:
+                    self._release_held(log)
+
+    def _lock_to_hold(self, log: ThreadLog) -> None:
+        """Take the log's ``flock`` for a ``lock`` block: through its append descriptor; on
+        a store this process cannot write, through the log opened read-only; not at all
+        if it has no log there (nobody can write one, so there is nothing to exclude)."""
         try:
-            yield fd, log.size if st is None else st.st_size
-        finally:
-            if log.append_fd == fd:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            self._lock_for_append(log)
+            log.held_append = True
+            return
+        except StoreWriteError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, OSError) or cause.errno not in CANNOT_WRITE_ERRNOS:
+                raise
+            cannot_write = exc
+        try:
+            fd = os.open(log.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        log.held_read_only = (fd, cannot_write)
+
+    @staticmethod
+    def _release_held(log: ThreadLog) -> None:
+        """Let go of the ``flock`` a ``lock`` block took (caller holds ``log.lock``)."""
+        if log.held_append and log.append_fd is not None:
+            fcntl.flock(log.append_fd, fcntl.LOCK_UN)
+        log.held_append = False
+        if log.held_read_only is not None:
+            os.close(log.held_read_only[0])
+            log.held_read_only = None
 
     def _retire(self, log: ThreadLog, fd: int, size: int) -> None:
         """Append the log's retirement (``RETIRED_NAME``) before its file leaves its path
@@ -835,7 +935,7 @@ class FileStorage:
                     self.files.delete(key)
                 continue
             log = self._log(thread_key)
-            with log.lock:
+            with log.writing, log.lock:
                 self._refresh(log)
                 present = [key for key in thread_keys if key in log.index]
                 files = [log.index[key] for key in present if isinstance(log.index[key], str)]
@@ -852,7 +952,7 @@ class FileStorage:
             return
         if thread_key == prefix:
             log = self._log(thread_key)
-            with log.lock:
+            with log.writing, log.lock:
                 if os.path.isdir(log.directory):
                     with self._appending(log) as (fd, size):
                         self._retire(log, fd, size)
@@ -885,7 +985,7 @@ class FileStorage:
             return self.files.move_aside(key, new_key, replace=replace)
         if source_thread is not None and target_thread is None:
             log = self._log(source_thread)
-            with log.lock:
+            with log.writing, log.lock:
                 data = self.read(key)
                 if data is None:
                     return False
@@ -948,9 +1048,6 @@ class FileStorage:
                 return (log.ino, log.opening, where[0])
         return self.stamp(key)
 
-    def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
-        return self.files.lock(prefix, exclusive=exclusive)
-
     def compact(self, prefix: str, *, changes: Mapping[str, bytes | None] | None = None) -> None:
         """Rewrite a thread's log with only its live records; durable, atomic.
 
@@ -972,7 +1069,7 @@ class FileStorage:
             if any(data is not None for data in changes.values()):
                 self.write_many([(k, d) for k, d in changes.items() if d is not None])
             return
-        with log.lock, self._appending(log) as (append_fd, size):
+        with log.writing, log.lock, self._appending(log) as (append_fd, size):
             live: list[tuple[int, str, bytes]] = []
             folded: list[str] = []
             for key in log.index.keys_under(thread_key):
@@ -990,15 +1087,16 @@ class FileStorage:
             end = len(live)
             live += [(end, key, data) for key, data in sorted(changes.items()) if data is not None]
             temp, parity_temp = temp_path(log.directory), temp_path(log.directory)
+            fd = -1
             try:
-                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-                try:
-                    data = b"".join(encode_entry(PUT, k, d) for _, k, d in live)
-                    _write_all(fd, data)
-                    if self.fsync:
-                        os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, FILE_MODE)
+                # locked before anyone can see it: whoever waited for the old log's lock
+                # appends to the new one once this block (or the lock block it is in) ends
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                data = b"".join(encode_entry(PUT, k, d) for _, k, d in live)
+                _write_all(fd, data)
+                if self.fsync:
+                    os.fsync(fd)
                 write_parity_file(parity_temp, data, fsync=self.fsync)
                 self._retire(log, append_fd, size)
                 # A sidecar never stands beside a log it is not of, whatever a crash
@@ -1013,12 +1111,19 @@ class FileStorage:
                 os.replace(parity_temp, log.parity.path)
                 self.files.sync_directory(log.directory)
             except BaseException as exc:
+                if fd >= 0:
+                    os.close(fd)
                 remove_quietly(temp)
                 remove_quietly(parity_temp)
                 if isinstance(exc, OSError):
                     raise StoreWriteError(log.path, exc) from exc
                 raise
             log.close()
+            log.append_fd, log.append_ino = fd, os.fstat(fd).st_ino
+            if log.held:
+                log.held_append = True
+            else:
+                fcntl.flock(fd, fcntl.LOCK_UN)
             for path in [*folded, *log.shadowed.values()]:
                 remove_quietly(path)
             self._refresh(log)
@@ -1044,7 +1149,11 @@ class FileStorage:
         log = self._log(thread_key)
         if not os.path.exists(log.path):
             return []
-        with log.lock, self._appending(log) if repair else nullcontext():
+        with (
+            log.writing if repair else nullcontext(),
+            log.lock,
+            self._appending(log) if repair else nullcontext(),
+        ):
             self._refresh(log)
             if log.fd is None:
                 return []

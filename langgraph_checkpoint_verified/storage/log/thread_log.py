@@ -64,6 +64,18 @@ class ThreadLog:
         self.index = KeyDirectory()
         """key -> (offset, size) in the log, a path (a record file), or bytes (damage)."""
         self.lock = threading.RLock()
+        """Held to read or change what this process knows of the log (after ``writing``)."""
+        self.writing = threading.RLock()
+        """Held by the one thread of this process that appends, or that holds the thread's
+        lock (``FileStorage.lock``): taken before ``lock``, never after it."""
+        self.held = 0
+        """How deep the thread holding ``writing`` is in ``FileStorage.lock`` blocks."""
+        self.held_append = False
+        """Whether those blocks hold the ``flock`` of ``append_fd``."""
+        self.held_read_only: tuple[int, Exception] | None = None
+        """Or the descriptor they hold it through: the log opened read-only, on a store
+        this process cannot write (``flock`` does not care how a file is open), with the
+        error that said so (what an append inside the blocks raises)."""
         self.built = False
         self.spans: list[DamagedBytes] = []
         """Damage between entries that names no record of this thread, as read so far."""
@@ -99,11 +111,23 @@ class ThreadLog:
         self.parity.close()
         self.healed = set()
 
+    def forget_locks_in_child(self) -> None:
+        """In a forked child: no thread holds this log (the parent's threads are not here),
+        and no descriptor the parent locks through is kept."""
+        self.lock = threading.RLock()
+        self.writing = threading.RLock()
+        self.held, self.held_append = 0, False
+        if self.held_read_only is not None:
+            os.close(self.held_read_only[0])
+            self.held_read_only = None
+        self.close_append()
+
     def close_append(self) -> None:
         if self.append_fd is not None:
-            os.close(self.append_fd)
+            os.close(self.append_fd)  # and its flock with it
         self.append_fd = None
         self.append_ino = None
+        self.held_append = False
 
 
 def apply_entry(log: ThreadLog, kind: int, key: str, where: tuple[int, int]) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -218,6 +220,46 @@ def build_history(store: Path, db: Path, count: int) -> list[str]:
     return ids
 
 
+_OPEN_IN_A_NEW_PROCESS = """
+import sqlite3, sys, time
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph_checkpoint_verified import VerifiedSaver
+kind, path = sys.argv[1], sys.argv[2]
+config = {"configurable": {"thread_id": "history"}}
+started = time.perf_counter()
+if kind == "sqlite":
+    found = SqliteSaver(sqlite3.connect(path, check_same_thread=False)).get_tuple(config)
+else:
+    found = VerifiedSaver(path).get_tuple(config)
+print(time.perf_counter() - started, found.checkpoint["id"])
+"""
+
+
+def first_open_after_writer(
+    store: Path, db: Path, workdir: Path, newest: str, rounds: int
+) -> dict[str, Any]:
+    """open + get_tuple of the newest checkpoint in a new process (imports done before
+    the clock starts), on a copy of the store as its writer left it: the writer's hint,
+    and the log it wrote past it, no reader's hint yet. SQLite's database likewise."""
+    samples: dict[str, list[float]] = {VERIFIED_FILES: [], SQLITE: []}
+    for round_ in range(rounds):
+        copy = workdir / f"as-written-{round_}"
+        shutil.copytree(store, copy, copy_function=link_logs)
+        for name in rotated((VERIFIED_FILES, SQLITE), round_):
+            kind, path = ("sqlite", db) if name == SQLITE else ("files", copy)
+            done = subprocess.run(
+                [sys.executable, "-c", _OPEN_IN_A_NEW_PROCESS, kind, str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            seconds, found = done.stdout.split()
+            assert found == newest, name
+            samples[name].append(float(seconds))
+        shutil.rmtree(copy)
+    return {name: percentile(values, 50) for name, values in samples.items()}
+
+
 def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
     workdir.mkdir()
     store = workdir / "store"
@@ -226,6 +268,8 @@ def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
     started = time.perf_counter()
     ids = build_history(store, db, count)
     build_seconds = time.perf_counter() - started
+    # before any reader opens the store (and leaves its own hint)
+    first_open = first_open_after_writer(store, db, workdir, max(ids), rounds=3)
     newest = max(ids)
     config = {"configurable": {"thread_id": "history"}}
     names = (VERIFIED_FILES, SQLITE)
@@ -273,6 +317,7 @@ def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
     for op in ("get_tuple", "list", "open_get_tuple"):
         stats = {name: p50_p99(samples[name][op]) for name in names}
         out[op] = {**stats, "ratios": compare(stats, [(VERIFIED_FILES, SQLITE)])}
+    out["first_open_after_writer"] = first_open
     out["memory"] = memory_over_threads(workdir / "memory", settings.memory_threads, 10, 3)
     return {"history": out, "recovery": recovery(settings, workdir, store, db, ids)}
 

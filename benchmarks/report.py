@@ -185,6 +185,17 @@ def history_tables(results: dict[str, Any]) -> list[str]:
     }
     for op, title in titles.items():
         lines.extend(percentile_rows(history[op], title, VERIFIED_FILES, SQLITE))
+    first = history.get("first_open_after_writer")
+    if first:
+        lines.append(
+            row(
+                "new process: open + get_tuple of a store as its writer left it (the "
+                "writer's hint, no reader's yet), median of 3",
+                ms(first[VERIFIED_FILES] * 1e3),
+                f"{SQLITE} {ms(first[SQLITE] * 1e3)}",
+                x(first[VERIFIED_FILES] / first[SQLITE]),
+            )
+        )
     memory = history.get("memory")
     if memory:
         gain = memory["gain_mb"]

@@ -18,7 +18,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from logtools import lose_parity
 
 from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
-from langgraph_checkpoint_verified.storage.log import file_storage
+from langgraph_checkpoint_verified.storage.log import hint_file
 from langgraph_checkpoint_verified.storage.log.entries import (
     HINT_MAGIC,
     HINT_VERSION,
@@ -388,9 +388,9 @@ def test_a_log_with_damage_is_not_hinted_again_at_every_append(tmp_path, monkeyp
     saver = VerifiedSaver(root, fsync=False, quarantine=False)
     assert saver.get_tuple(THREAD) is not None
     encoded = []
-    real = file_storage.encode_hint
+    real = hint_file.encode_hint
     monkeypatch.setattr(
-        file_storage, "encode_hint", lambda *a, **k: encoded.append(1) or real(*a, **k)
+        hint_file, "encode_hint", lambda *a, **k: encoded.append(1) or real(*a, **k)
     )
     items = []
     monkeypatch.setattr(

@@ -79,10 +79,7 @@ class RecordFileStorage(OneRecordPerWrite):
             temp, fd = self._create_temp(directory, sync=sync)
             try:
                 try:
-                    view = memoryview(data)
-                    while view:
-                        written = os.write(fd, view)
-                        view = view[written:]
+                    write_all(fd, data)
                     if sync:
                         os.fsync(fd)
                 finally:
@@ -318,6 +315,14 @@ class RecordFileStorage(OneRecordPerWrite):
 
     def __repr__(self) -> str:
         return f"RecordFileStorage({self._root!r}, fsync={self.fsync})"
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at ``fd``'s offset (``os.write`` may write less at a time)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 def remove_quietly(path: str) -> None:

@@ -65,22 +65,26 @@ from langgraph_checkpoint_verified.storage.files import (
     remove_if_abandoned,
     remove_quietly,
     temp_path,
+    write_all,
 )
 from langgraph_checkpoint_verified.storage.log.entries import (
     CHECKSUM_SIZE,
     DELETE,
     HEADER_SIZE,
-    LOG_TAIL_SIZE,
     PUT,
     DamagedSpan,
     Entry,
-    KeptBlock,
-    decode_hint_index,
     encode_entry,
-    encode_hint,
     entry_is_intact,
 )
-from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
+from langgraph_checkpoint_verified.storage.log.hint_file import (
+    HINT_AFTER_BYTES,
+    HINT_NAME,
+    hint_due,
+    read_hint,
+    write_hint,
+)
+from langgraph_checkpoint_verified.storage.log.key_directory import KeyDirectory
 from langgraph_checkpoint_verified.storage.log.redundancy import (
     PARITY_SUFFIX,
     LogScrub,
@@ -105,12 +109,7 @@ if sys.platform != "win32":
 
 LOG_PARENTS = ("threads", "memories")
 """Each directory under these is one log: a thread's, or the memory store's of one label."""
-HINT_NAME = "log.hint"
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
-HINT_AFTER_BYTES = 256 * 1024
-"""A process that read this much of a log past its hint to open it leaves a new hint for
-the next one; one that appended or caught up with this much, and the hint's size (see
-``_hint_due``), likewise."""
 RETIRED_NAME = ".log-retired"
 """A log's last entry before a compaction renames a new log over it, or a deletion moves
 its thread away, is a tombstone of ``<thread>/.log-retired`` (a key no record has): a
@@ -302,43 +301,12 @@ class FileStorage:
             log.fd = None
             return
         if not log.index:  # a hint covers the log only: record files are listed above
-            self._read_hint(log, fd)
+            read_hint(log, fd, lambda: self._read_whole(log))
         self._read_tail(log, fd, os.fstat(fd).st_size)
         if log.end - log.hint_end >= HINT_AFTER_BYTES:
             # this process read that much to open the thread: the next one need not (the
             # writer's rule lets a long log's hint lag further, for the writer's sake)
-            self._write_hint(log)
-
-    def _read_hint(self, log: ThreadLog, fd: int) -> None:
-        """Take the key directory from the log's hint, if it is intact and of this log:
-        its index now, its blocks as they are used (``HintedDirectory``)."""
-        path = f"{log.directory}/{HINT_NAME}"
-        try:
-            hint_fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return
-        try:
-            hint_stat, log_stat = os.fstat(hint_fd), os.fstat(fd)
-            index = decode_hint_index(
-                lambda size, offset: os.pread(hint_fd, size, offset),
-                lambda end: os.pread(fd, LOG_TAIL_SIZE, end - LOG_TAIL_SIZE),
-                log_stat.st_size,
-                size=hint_stat.st_size,
-            )
-        except OSError:
-            index = None
-        finally:
-            os.close(hint_fd)
-        if index is None:
-            return  # stale (the log was compacted since) or damaged: read the log itself
-        log.index = HintedDirectory(
-            path,
-            (hint_stat.st_ino, hint_stat.st_size),
-            index,
-            lambda: self._read_whole(log),
-        )
-        log.end = log.hint_end = index.end
-        log.hint_size = hint_stat.st_size
+            write_hint(log)
 
     def _read_whole(self, log: ThreadLog) -> KeyDirectory:
         """The key directory of the log up to where it was read, from the log alone (a
@@ -351,52 +319,6 @@ class FileStorage:
         log.holds_damage = log.holds_damage or scratch.holds_damage
         log.hint_end, log.hint_size = scratch.hint_end, scratch.hint_size
         return scratch.index
-
-    def _write_hint(self, log: ThreadLog) -> None:
-        """Save the key directory beside the log, so the next process reads less of it.
-
-        Only a shortcut: not synced, written whole or not at all (temp file,
-        rename), and ignored unless it names the current log. A log with damage
-        or record files in it gets none: those are found by reading it.
-        """
-        if log.holds_damage or log.fd is None or log.end < LOG_TAIL_SIZE:
-            return
-        directory = log.index
-        # a directory still partly in its hint carries the blocks it never read as they
-        # are: only the blocks whose keys changed are decoded and encoded again
-        carried = directory.hint_parts() if isinstance(directory, HintedDirectory) else None
-        parts: builtins.list[Any] = []
-        for part in [sorted(directory.items())] if carried is None else carried:
-            if isinstance(part, KeptBlock):
-                parts.append(part)
-                continue
-            entries = []
-            for key, where in part:
-                if not isinstance(where, tuple) or isinstance(where, DamagedEntry):
-                    log.hint_end = log.end  # not again before the log has grown as much again
-                    return
-                entries.append((key, where[0], where[1]))
-            parts.append(entries)
-        temp = temp_path(log.directory)
-        try:
-            log_tail = os.pread(log.fd, LOG_TAIL_SIZE, log.end - LOG_TAIL_SIZE)
-            data = encode_hint(log_tail, log.end, [], parts=parts)
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-            try:
-                _write_all(fd, data)
-                written = os.fstat(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, f"{log.directory}/{HINT_NAME}")
-        except OSError:
-            remove_quietly(temp)  # a read-only store, a full disk: no hint, nothing lost
-            return
-        log.hint_end, log.hint_size = log.end, len(data)
-        if carried is not None:
-            # read on from the new hint (the old one is gone)
-            index = decode_hint_index(data, lambda end: log_tail, log.end)
-            assert isinstance(directory, HintedDirectory) and index is not None
-            directory.rebase((written.st_ino, written.st_size), index)
 
     def _record_files(self, directory: str, thread_key: str) -> Iterator[tuple[str, str]]:
         """Records stored one file each (the layout before logs), if there are any.
@@ -443,8 +365,8 @@ class FileStorage:
             # is still its thread's
             last = tail.entries[-1]
             log.retiring = last.kind == DELETE and last.key == f"{thread_key}/{RETIRED_NAME}"
-        if self._hint_due(log):
-            self._write_hint(log)
+        if hint_due(log):
+            write_hint(log)
 
     def _apply_in_order(self, log: ThreadLog, base: int, tail: Tail, thread_key: str) -> None:
         """Take a tail holding damage (or another thread's entries) into the key directory
@@ -573,11 +495,11 @@ class FileStorage:
                 kept = [entry for entry, keep in zip(entries, chosen, strict=True) if keep]
                 if kept:
                     self._append_locked(log, fd, size, kept, durable=durable)
-            if self._hint_due(log):
+            if hint_due(log):
                 # the writer knows every key already: a process opening the thread next
                 # reads the hint and the tail after it, not the whole log (and this
                 # happens outside the file lock: other writers need not wait for it)
-                self._write_hint(log)
+                write_hint(log)
             return chosen
 
     def _append_locked(
@@ -630,15 +552,6 @@ class FileStorage:
             apply_entry(log, kind, key, (data_offset, len(data)))
             offset += len(entry)
         log.end = offset
-
-    def _hint_due(self, log: ThreadLog) -> bool:
-        """Whether the key directory is worth saving again: the log has grown past its
-        hint by ``HINT_AFTER_BYTES`` and by the hint's own size, so that rewriting the
-        hint costs at most as many bytes as were appended, and what a process opening
-        the thread scans after the hint stays within that."""
-        if log.holds_damage:
-            return False  # no hint is left for a log with damage: do not try at every append
-        return log.end - log.hint_end >= max(HINT_AFTER_BYTES, log.hint_size)
 
     @contextmanager
     def _appending(self, log: ThreadLog) -> Iterator[tuple[int, int]]:
@@ -1094,7 +1007,7 @@ class FileStorage:
                 # appends to the new one once this block (or the lock block it is in) ends
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 data = b"".join(encode_entry(PUT, k, d) for _, k, d in live)
-                _write_all(fd, data)
+                write_all(fd, data)
                 if self.fsync:
                     os.fsync(fd)
                 write_parity_file(parity_temp, data, fsync=self.fsync)
@@ -1241,13 +1154,6 @@ def _write_all_at(fd: int, data: bytes, offset: int) -> None:
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 __all__ = ["HINT_NAME", "LOCK_NAME", "LOG_NAME", "PARITY_NAME", "FileStorage"]

@@ -1,0 +1,120 @@
+"""A log's hint (``log.hint``): how a process opens a long thread's log from it, and when
+and how the hint is written again (its format: ``storage.log.entries``).
+
+A hint is only a shortcut: not synced, written whole or not at all, ignored unless it
+names the log it stands beside, and never needed to read the log right.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Callable
+from typing import Any
+
+from langgraph_checkpoint_verified.storage.base import FILE_MODE
+from langgraph_checkpoint_verified.storage.files import remove_quietly, temp_path, write_all
+from langgraph_checkpoint_verified.storage.log.entries import (
+    LOG_TAIL_SIZE,
+    KeptBlock,
+    decode_hint_index,
+    encode_hint,
+)
+from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
+from langgraph_checkpoint_verified.storage.log.thread_log import DamagedEntry, ThreadLog
+
+HINT_NAME = "log.hint"
+HINT_AFTER_BYTES = 256 * 1024
+"""A process that read this much of a log past its hint to open it leaves a new hint for
+the next one; one that appended or caught up with this much, and the hint's size (see
+``hint_due``), likewise."""
+
+
+def read_hint(log: ThreadLog, fd: int, rescan: Callable[[], KeyDirectory]) -> None:
+    """Take the key directory of the log open as ``fd`` from its hint, if the hint is
+    intact and of this log: its index now, its blocks as they are used
+    (``HintedDirectory``; ``rescan`` reads the whole log if one does not verify)."""
+    path = f"{log.directory}/{HINT_NAME}"
+    try:
+        hint_fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        hint_stat, log_stat = os.fstat(hint_fd), os.fstat(fd)
+        index = decode_hint_index(
+            lambda size, offset: os.pread(hint_fd, size, offset),
+            lambda end: os.pread(fd, LOG_TAIL_SIZE, end - LOG_TAIL_SIZE),
+            log_stat.st_size,
+            size=hint_stat.st_size,
+        )
+    except OSError:
+        index = None
+    finally:
+        os.close(hint_fd)
+    if index is None:
+        return  # stale (the log was compacted since) or damaged: read the log itself
+    log.index = HintedDirectory(
+        path,
+        (hint_stat.st_ino, hint_stat.st_size),
+        index,
+        rescan,
+    )
+    log.end = log.hint_end = index.end
+    log.hint_size = hint_stat.st_size
+
+
+def hint_due(log: ThreadLog) -> bool:
+    """Whether the key directory is worth saving again: the log has grown past its
+    hint by ``HINT_AFTER_BYTES`` and by the hint's own size, so that rewriting the
+    hint costs at most as many bytes as were appended, and what a process opening
+    the thread scans after the hint stays within that."""
+    if log.holds_damage:
+        return False  # no hint is left for a log with damage: do not try at every append
+    return log.end - log.hint_end >= max(HINT_AFTER_BYTES, log.hint_size)
+
+
+def write_hint(log: ThreadLog) -> None:
+    """Save the key directory beside the log, so the next process reads less of it.
+
+    Only a shortcut: not synced, written whole or not at all (temp file,
+    rename), and ignored unless it names the current log. A log with damage
+    or record files in it gets none: those are found by reading it.
+    """
+    if log.holds_damage or log.fd is None or log.end < LOG_TAIL_SIZE:
+        return
+    directory = log.index
+    # a directory still partly in its hint carries the blocks it never read as they
+    # are: only the blocks whose keys changed are decoded and encoded again
+    carried = directory.hint_parts() if isinstance(directory, HintedDirectory) else None
+    parts: builtins.list[Any] = []
+    for part in [sorted(directory.items())] if carried is None else carried:
+        if isinstance(part, KeptBlock):
+            parts.append(part)
+            continue
+        entries = []
+        for key, where in part:
+            if not isinstance(where, tuple) or isinstance(where, DamagedEntry):
+                log.hint_end = log.end  # not again before the log has grown as much again
+                return
+            entries.append((key, where[0], where[1]))
+        parts.append(entries)
+    temp = temp_path(log.directory)
+    try:
+        log_tail = os.pread(log.fd, LOG_TAIL_SIZE, log.end - LOG_TAIL_SIZE)
+        data = encode_hint(log_tail, log.end, [], parts=parts)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        try:
+            write_all(fd, data)
+            written = os.fstat(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, f"{log.directory}/{HINT_NAME}")
+    except OSError:
+        remove_quietly(temp)  # a read-only store, a full disk: no hint, nothing lost
+        return
+    log.hint_end, log.hint_size = log.end, len(data)
+    if carried is not None:
+        # read on from the new hint (the old one is gone)
+        index = decode_hint_index(data, lambda end: log_tail, log.end)
+        assert isinstance(directory, HintedDirectory) and index is not None
+        directory.rebase((written.st_ino, written.st_size), index)

@@ -28,6 +28,7 @@ from logtools import lose_parity
 
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
 from langgraph_checkpoint_verified.storage.files import RecordFileStorage
+from langgraph_checkpoint_verified.storage.log import file_storage
 from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, FileStorage
 from langgraph_checkpoint_verified.storage.log.room import all_zeros
@@ -273,10 +274,12 @@ def blocked_flock_waiters() -> int:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs /proc/locks")
-def test_another_process_appends_after_a_lock_block_ends_not_inside_it(tmp_path):
+@pytest.mark.parametrize("compacting", [False, True], ids=["appending", "compacting"])
+def test_another_process_appends_after_a_lock_block_ends_not_inside_it(tmp_path, compacting):
     """Whoever holds the thread's lock decides and appends as one step: another process's
     append waits for the block to end (seen waiting in ``/proc/locks``), then comes after
-    everything the block appended."""
+    everything the block appended. A compaction in the block locks the new log before
+    renaming it in: the waiter, sent from the old log to the new one, waits there too."""
     holder, other = FileStorage(tmp_path), FileStorage(tmp_path)
     holder.write(f"{T}/ns/first", b"1")
     other.read(f"{T}/ns/first")
@@ -287,19 +290,44 @@ def test_another_process_appends_after_a_lock_block_ends_not_inside_it(tmp_path)
         other.write(f"{T}/ns/theirs", b"after")
         appended.set()
 
-    with holder.lock(T, exclusive=False):
-        writer = threading.Thread(target=append_elsewhere)
-        writer.start()
+    def wait_for_a_new_waiter() -> None:
         deadline = time.monotonic() + 60
         while blocked_flock_waiters() <= waiters:
             assert time.monotonic() < deadline, "the other append never waited for the lock"
             time.sleep(0.01)
+
+    with holder.lock(T, exclusive=False):
+        writer = threading.Thread(target=append_elsewhere)
+        writer.start()
+        wait_for_a_new_waiter()
+        if compacting:
+            holder.compact(T)
+            wait_for_a_new_waiter()  # on the new log's lock now
         assert not appended.is_set()
         holder.write(f"{T}/ns/mine", b"inside")
     writer.join()
     entries = [e.key for e in scan(log_of(tmp_path).read_bytes())[0]]
     assert entries == [f"{T}/ns/first", f"{T}/ns/mine", f"{T}/ns/theirs"]
     assert FileStorage(tmp_path).read(f"{T}/ns/theirs") == b"after"
+
+
+def test_a_log_locked_by_this_thread_is_not_closed_to_make_room_for_others(tmp_path, monkeypatch):
+    """The least recently used logs are closed past a limit, but not one whose lock a
+    block holds: closing its descriptor would let go of the lock halfway through."""
+    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 2)
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/a", b"1")
+    with storage.lock(T, exclusive=True):
+        for other in ("threads/b", "threads/c", "threads/d"):
+            storage.write(f"{other}/ns/x", b"2")  # each opening past the limit
+        fd = os.open(log_of(tmp_path), os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):  # still held
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        storage.write(f"{T}/ns/b", b"3")
+    assert [e.key for e in scan(log_of(tmp_path).read_bytes())[0]] == [f"{T}/ns/a", f"{T}/ns/b"]
 
 
 def test_compact_keeps_exactly_the_live_records_in_a_new_file(tmp_path):

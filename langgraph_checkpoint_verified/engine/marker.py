@@ -16,6 +16,9 @@ from langgraph_checkpoint_verified.storage.memory import MemoryStorage
 
 STORE_MARKER_KEY = "store.marker"
 """Key of the record saying whether the store is keyed (checked at open, one read)."""
+MARKER_UNCOMPRESSED_BELOW = 1024
+"""The marker's content is a few bytes: stored as it is, it is verified at every open
+without a zstd context (which costs more to make than the rest of the check)."""
 
 
 def check_key_against_records(storage: Storage, codec: Codec, sample: int = 3) -> None:
@@ -72,16 +75,17 @@ def check_store_marker(storage: Storage, codec: Codec, reporter: DamageReporter)
     """
     if isinstance(storage, MemoryStorage):
         return  # born with this saver: it cannot have been written with another key
-    marker = codec.encode(
-        RecordKind.STORE_MARKER,
-        {"store": "marker"},
-        pack({"v": 1, "keyed": bool(codec.key)}),
-    )
 
     def write_marker(*, replace: bool) -> bool | None:
         # None: this process cannot write to the store. A store may be read-only
         # for good reasons (a backup mounted read-only, a copy made to look at):
         # it still opens, and the next saver that can write gives it its marker.
+        marker = codec.encode(
+            RecordKind.STORE_MARKER,
+            {"store": "marker"},
+            pack({"v": 1, "keyed": bool(codec.key)}),
+            uncompressed_below=MARKER_UNCOMPRESSED_BELOW,
+        )
         try:
             return storage.write(STORE_MARKER_KEY, marker, replace=replace)
         except StoreWriteError as exc:

@@ -35,6 +35,7 @@ records are small enough is the writer's choice (``Codec.encode``'s
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import hmac
 import struct
@@ -94,6 +95,14 @@ class Header:
     keyed: bool
 
 
+@functools.lru_cache(maxsize=8)
+def _compression_parameters(level: int) -> zstandard.ZstdCompressionParameters:
+    """zstd's parameters for ``level`` (immutable, shared by every codec of that level)."""
+    return zstandard.ZstdCompressionParameters.from_level(
+        level, write_checksum=True, write_content_size=True
+    )
+
+
 class Codec:
     """Encodes and decodes records; holds the optional key and zstd settings.
 
@@ -124,9 +133,7 @@ class Codec:
         self.key = bytes(key) if key is not None else None
         self.compression_level = compression_level
         self.max_content_size = max_content_size
-        self._compressor_params = zstandard.ZstdCompressionParameters.from_level(
-            compression_level, write_checksum=True, write_content_size=True
-        )
+        self._compressor_params = _compression_parameters(compression_level)
         # Contexts are not thread-safe, and making one costs more than a small record
         # (~15 µs a compressor, ~30 µs a decompressor). They are pooled, not kept per
         # thread: LangGraph runs saver calls on executor threads that live for one

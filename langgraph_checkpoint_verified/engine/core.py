@@ -31,6 +31,7 @@ from langgraph.checkpoint.base import (
 from langgraph_checkpoint_verified.engine.configs import config
 from langgraph_checkpoint_verified.engine.damage import DamageReporter
 from langgraph_checkpoint_verified.engine.decoded_values import DecodedValues
+from langgraph_checkpoint_verified.engine.newest import CheckpointParts, NewestCheckpoints
 from langgraph_checkpoint_verified.engine.reads import PARENT_UNKNOWN, RecordReader, Unusable
 from langgraph_checkpoint_verified.engine.record_cache import RecordCache
 from langgraph_checkpoint_verified.engine.writes import CheckpointWriter
@@ -114,6 +115,8 @@ class Engine:
         self.parts = PartsCache()
         # Values read more than once: copied, not deserialized again.
         self.decoded = DecodedValues()
+        # The newest checkpoint read per thread and namespace, while the thread is unchanged.
+        self.newest = NewestCheckpoints()
         self.reader = RecordReader(storage, codec, reporter, self.records, self.parts, self.decoded)
         self.writer = CheckpointWriter(
             storage, codec, self.reader, self.records, self.lists, self.parts, full_snapshot_every
@@ -169,7 +172,17 @@ class Engine:
         much (every record its values are kept in) but deserializes no channel
         value and no pending write, as ``list_checkpoints`` does: for summaries.
         """
-        with self.storage.consistent_reads(keys.thread_prefix(thread_id)):
+        prefix = keys.thread_prefix(thread_id)
+        with self.storage.consistent_reads(prefix):
+            # the newest read before, its parts used again while the thread is unchanged
+            stamp = self.storage.thread_stamp(prefix) if values and holders is None else None
+            if stamp is not None:
+                kept = self.newest.get(thread_id, checkpoint_ns, stamp)
+                if kept is not None and self._still_reads_as(kept):
+                    try:
+                        return self.assemble(kept, remember_lists=True)
+                    except Unusable:
+                        pass  # read it all again, as if never read
             strict = self.strict if strict is None else strict
             holders = {} if holders is None else holders
             skipped: list[str] = []
@@ -177,13 +190,11 @@ class Engine:
             for checkpoint_id in self.reader.newest_first(thread_id, checkpoint_ns):
                 saw_any = True
                 try:
-                    found = self.load(
-                        thread_id,
-                        checkpoint_ns,
-                        checkpoint_id,
-                        holders,
-                        remember_lists=values,
-                        values=values,
+                    parts = self._read_parts(thread_id, checkpoint_ns, checkpoint_id, holders)
+                    found = (
+                        None
+                        if parts is None
+                        else self.assemble(parts, remember_lists=values, values=values)
                     )
                 except Unusable as unusable:
                     if strict:
@@ -192,17 +203,48 @@ class Engine:
                         ) from None
                     skipped.append(checkpoint_id)
                     continue
-                if found is None:
+                if parts is None or found is None:
                     continue
                 if skipped:
                     self.reporter.fallback(
                         f"thread {thread_id!r} namespace {checkpoint_ns!r}: newest checkpoint that "
                         f"verifies is {checkpoint_id} ({len(skipped)} newer skipped)"
                     )
+                elif stamp is not None and parts.sources is not None:
+                    self.newest.put(thread_id, checkpoint_ns, stamp, parts)
                 return found
             if saw_any and skipped:
                 self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
             return None
+
+    def _read_parts(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, holders: dict[str, Any]
+    ) -> CheckpointParts | None:
+        """A checkpoint's verified parts (record, values, pending writes); ``None`` if absent."""
+        found = self.reader.read_with_values(thread_id, checkpoint_ns, checkpoint_id, holders)
+        if found is None:
+            return None
+        record, entries = found
+        sources: list[tuple[str, bytes]] = []
+        writes = self.reader.pending_write_parts(thread_id, checkpoint_ns, checkpoint_id, sources)
+        # the records read directly (the checkpoint's own, those holding its values), as
+        # every read of it reads them again; ``None``: one is not kept, nor is the read
+        for holder_id in {checkpoint_id, *(holder for _, holder in record.refs.values())}:
+            data = self.records.bytes_of((thread_id, checkpoint_ns, holder_id))
+            if data is None:
+                return CheckpointParts(record, entries, writes, None)
+            sources.append((keys.checkpoint_key(thread_id, checkpoint_ns, holder_id), data))
+        return CheckpointParts(record, entries, writes, tuple(sources))
+
+    def _still_reads_as(self, kept: CheckpointParts) -> bool:
+        """Whether every record ``kept`` was read from reads (and checks) as the same bytes
+        again: damage since is then found, healed and reported by the read that follows."""
+        assert kept.sources is not None
+        try:
+            now = self.storage.read_many([key for key, _ in kept.sources])
+        except OSError:
+            return False
+        return all(data == read for (_, data), read in zip(kept.sources, now, strict=True))
 
     def checkpoint_or_ancestor(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str
@@ -374,14 +416,36 @@ class Engine:
         if found is None:
             return None
         record, entries = found
+        return self.assemble(
+            CheckpointParts(record, entries, [], None),
+            metadata_filter=metadata_filter,
+            remember_lists=remember_lists,
+            values=values,
+            writes_read=False,
+        )
+
+    def assemble(
+        self,
+        parts: CheckpointParts,
+        *,
+        metadata_filter: dict[str, Any] | None = None,
+        remember_lists: bool = False,
+        values: bool = True,
+        writes_read: bool = True,
+    ) -> CheckpointTuple | None:
+        """The ``CheckpointTuple`` of verified parts, every value deserialized anew (or
+        copied from a kept decode); ``None`` if its metadata does not match. The pending
+        writes are read here unless ``writes_read`` (they are ``parts.writes`` then)."""
+        record, entries = parts.record, parts.entries
+        thread_id, checkpoint_ns = record.thread_id, record.checkpoint_ns
         metadata = self.serde.loads_typed(record.metadata)
         if metadata_filter and not all(metadata.get(k) == v for k, v in metadata_filter.items()):
             return None
         try:
             channel_values = {
-                ch: load_value(self.load_value, parts)
-                for ch, parts in entries.items()
-                if values and not is_empty(parts)
+                ch: load_value(self.load_value, value_parts)
+                for ch, value_parts in entries.items()
+                if values and not is_empty(value_parts)
             }
         except RecordDamagedError as exc:
             # every record verified, yet an extension does not fit its base
@@ -396,8 +460,16 @@ class Engine:
             **self.serde.loads_typed(record.checkpoint),
             "channel_values": channel_values,
         }
+        if not values:
+            pending_writes = []
+        elif writes_read:
+            pending_writes = [(t, c, self.serde.loads_typed(typed)) for t, c, typed in parts.writes]
+        else:
+            pending_writes = self.reader.pending_writes(
+                self.serde, thread_id, checkpoint_ns, record.checkpoint_id
+            )
         return CheckpointTuple(
-            config=config(thread_id, checkpoint_ns, checkpoint_id),
+            config=config(thread_id, checkpoint_ns, record.checkpoint_id),
             checkpoint=checkpoint,
             metadata=metadata,
             parent_config=(
@@ -405,11 +477,7 @@ class Engine:
                 if record.parent_checkpoint_id
                 else None
             ),
-            pending_writes=(
-                self.reader.pending_writes(self.serde, thread_id, checkpoint_ns, checkpoint_id)
-                if values
-                else []
-            ),
+            pending_writes=pending_writes,
         )
 
     def load_value(self, part: Typed) -> Any:
@@ -458,5 +526,6 @@ class Engine:
     def forget_thread(self, thread_id: str) -> None:
         """Drop what the caches hold of a thread (after its records were rewritten)."""
         self.lists.forget_thread(thread_id)
+        self.newest.forget_thread(thread_id)
         self.parts.forget_thread(thread_id)
         self.records.forget_thread(thread_id)

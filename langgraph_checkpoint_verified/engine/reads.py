@@ -27,6 +27,7 @@ from langgraph_checkpoint_verified.records.kinds import (
     VALUE_FULL,
     CheckpointRecord,
     StoredValue,
+    Typed,
     WritesRecord,
     decode_checkpoint,
     decode_writes,
@@ -249,18 +250,34 @@ class RecordReader:
         self, serde: SerializerProtocol, thread_id: str, checkpoint_ns: str, checkpoint_id: str
     ) -> list[tuple[str, str, Any]]:
         """The checkpoint's pending writes, in LangGraph's order; damaged batches left out."""
+        return [
+            (task_id, channel, serde.loads_typed(typed))
+            for task_id, channel, typed in self.pending_write_parts(
+                thread_id, checkpoint_ns, checkpoint_id
+            )
+        ]
+
+    def pending_write_parts(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        sources: list[tuple[str, bytes]] | None = None,
+    ) -> list[tuple[str, str, Typed]]:
+        """``pending_writes``, each value still serialized. ``sources``, when given,
+        receives ``(key, bytes)`` of each record they were read from."""
         prefix = keys.writes_prefix(thread_id, checkpoint_ns, checkpoint_id)
-        found: list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
+        found: list[tuple[tuple[str, str, int], tuple[str, str, Typed]]] = []
         for name in self.storage.list(prefix):
             key = f"{prefix}/{name}"
-            record = self.read_writes(key, thread_id, checkpoint_ns, checkpoint_id)
+            record = self.read_writes(key, thread_id, checkpoint_ns, checkpoint_id, sources=sources)
             if record is None:
                 continue
             for idx, channel, typed in record.writes:
                 found.append(
                     (
                         writes_sort_key(record.task_path, record.task_id, idx),
-                        (record.task_id, channel, serde.loads_typed(typed)),
+                        (record.task_id, channel, typed),
                     )
                 )
         found.sort(key=lambda item: item[0])
@@ -274,12 +291,14 @@ class RecordReader:
         checkpoint_id: str,
         *,
         dropped: list[tuple[str, str]] | None = None,
+        sources: list[tuple[str, bytes]] | None = None,
     ) -> WritesRecord | None:
         """The writes record at ``key``; ``None`` if absent, damaged or unreadable.
 
         ``dropped``, when given, receives ``(key, reason)`` for each record left
         out because it is damaged or unreadable, so a caller that cannot do
         without it (the delta-channel walk) can tell it from one never written.
+        ``sources``, when given, receives ``(key, bytes)`` of the record returned.
         """
         try:
             data = self.storage.read(key)
@@ -313,6 +332,8 @@ class RecordReader:
             if dropped is not None:
                 dropped.append((key, exc.reason))
             return None
+        if sources is not None:
+            sources.append((key, data))
         return record
 
     def newest_first(self, thread_id: str, checkpoint_ns: str) -> Iterator[str]:

@@ -113,6 +113,12 @@ class RecordCache:
             self._whole.move_to_end(identity)
             return found[1]
 
+    def bytes_of(self, identity: _Identity) -> bytes | None:
+        """The bytes the record kept whole for ``identity`` was decoded from, if kept."""
+        with self._lock:
+            found = self._whole.get(identity)
+            return None if found is None else found[0]
+
     def summary(self, identity: _Identity, stamp: Hashable | None) -> CheckpointRecord | None:
         """The record's refs and chain position, if it was kept at this very ``stamp``."""
         if stamp is None:

@@ -47,6 +47,11 @@ class Storage(Protocol):
         """The bytes stored under ``key``, or ``None`` if there are none."""
         ...
 
+    def read_many(self, keys: Sequence[str]) -> builtins.list[bytes | None]:
+        """``read`` of each key, in order (one look at whether a thread changed, where the
+        store needs one, for all of the keys in it)."""
+        ...
+
     def list(self, prefix: str) -> list[str]:
         """Names directly under ``prefix`` (records and sub-prefixes), unsorted."""
         ...
@@ -85,6 +90,12 @@ class Storage(Protocol):
     def written_stamp(self, key: str) -> Hashable | None:
         """The stamp of what this process just wrote under ``key`` (right after ``write``),
         where the store can tell it without asking anyone; ``stamp(key)`` otherwise."""
+        ...
+
+    def thread_stamp(self, prefix: str) -> Hashable | None:
+        """A cheap token that changes whenever anything under the thread ``prefix``
+        (``threads/<T>``) is written, moved or deleted, by this process or another;
+        ``None`` where the store cannot tell that without reading the records."""
         ...
 
     def lock(self, prefix: str, *, exclusive: bool) -> AbstractContextManager[None]:
@@ -156,6 +167,9 @@ class OneRecordPerWrite:
     def read(self, key: str) -> bytes | None:
         raise NotImplementedError
 
+    def read_many(self, keys: Sequence[str]) -> builtins.list[bytes | None]:
+        return [self.read(key) for key in keys]
+
     def walk(self, prefix: str) -> Iterator[str]:
         raise NotImplementedError
 
@@ -167,6 +181,10 @@ class OneRecordPerWrite:
 
     def written_stamp(self, key: str) -> Hashable | None:
         return self.stamp(key)
+
+    def thread_stamp(self, prefix: str) -> Hashable | None:
+        """Not known without reading: a thread is many records, each changed on its own."""
+        return None
 
     def consistent_reads(self, prefix: str) -> AbstractContextManager[None]:
         """Every read is one request or lookup of its own here: nothing to share."""

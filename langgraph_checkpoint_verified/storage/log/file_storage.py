@@ -286,6 +286,7 @@ class FileStorage:
 
     def _rebuild(self, log: ThreadLog, fd: int | None) -> None:
         log.built = True
+        log.reading = next(_OPENINGS)
         log.retiring = False
         log.spans = []
         log.holds_damage = False
@@ -722,16 +723,30 @@ class FileStorage:
         log = self._log(thread_key)
         with log.lock:
             self._refresh(log)
-            where = log.index.get(key)
-            if where is None:
-                return None
-            if isinstance(where, DamagedEntry):
-                return where.data
-            if isinstance(where, str):
-                return self.files.read(os.path.relpath(where, self.files.location("")))
-            offset, size = where
-            assert log.fd is not None
-            return self._read_entry(log, key, offset, size)
+            return self._read_known(log, key)
+
+    def read_many(self, keys: Sequence[str]) -> builtins.list[bytes | None]:
+        """``read`` of each key; the keys of one thread share one look at its log."""
+        thread_key = self._thread_dir_key(keys[0]) if keys else None
+        if thread_key is None or not all(k.startswith(f"{thread_key}/") for k in keys):
+            return [self.read(key) for key in keys]
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            return [self._read_known(log, key) for key in keys]
+
+    def _read_known(self, log: ThreadLog, key: str) -> bytes | None:
+        """``key``'s data as the key directory places it (caller holds ``log.lock``)."""
+        where = log.index.get(key)
+        if where is None:
+            return None
+        if isinstance(where, DamagedEntry):
+            return where.data
+        if isinstance(where, str):
+            return self.files.read(os.path.relpath(where, self.files.location("")))
+        offset, size = where
+        assert log.fd is not None
+        return self._read_entry(log, key, offset, size)
 
     def _read_entry(self, log: ThreadLog, key: str, offset: int, size: int) -> bytes:
         """The data of ``key``'s entry, whose data lies at ``offset``: checked against the
@@ -947,6 +962,20 @@ class FileStorage:
         if isinstance(where, tuple):
             return (log.ino, log.opening, where[0])
         return self.files.stamp(os.path.relpath(where, self.files.location("")))
+
+    def thread_stamp(self, prefix: str) -> Hashable | None:
+        """The log's state as this process knows it once caught up with the file: every
+        change to a thread is an append to its log (a move or a deletion too), or a new
+        log at its path, which whoever renames it there announces by a retirement."""
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None or not thread_key.startswith("threads/"):
+            return None
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            if log.fd is None or log.retiring:
+                return None
+            return (log.opening, log.reading, log.end)
 
     def written_stamp(self, key: str) -> Hashable | None:
         """The stamp of the entry this process just appended for ``key``: the key

@@ -54,6 +54,10 @@ class ThreadLog:
         can be reused once a compacted log's file is gone, an opening never is."""
         self.end = 0
         """Where the intact part of the log, as read so far, ends."""
+        self.reading = 0
+        """Which reading of the file the key directory comes from, unique in this process
+        (a new one each time it is read from scratch): with ``opening`` and ``end``, it
+        names the state of the log this process knows (``FileStorage.thread_stamp``)."""
         self.size = 0
         """The file's size when it was last read or appended to: a size other than this
         means someone wrote past the room (a release that appends at the file's end)."""

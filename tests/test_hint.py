@@ -18,7 +18,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from logtools import lose_parity
 
 from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
-from langgraph_checkpoint_verified.storage.log import hint_file
+from langgraph_checkpoint_verified.storage.log import hint_file, key_directory
 from langgraph_checkpoint_verified.storage.log.entries import (
     HINT_MAGIC,
     HINT_VERSION,
@@ -312,6 +312,11 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
             elif action == 2:
                 assert lazy.get(key) == whole.get(key)
                 assert (key in lazy) == (key in whole)
+                if key in whole:
+                    assert lazy[key] == whole[key]
+                else:
+                    with pytest.raises(KeyError):
+                        lazy[key]
             elif action == 3:
                 assert sorted(lazy.names_under(prefix)) == sorted(whole.names_under(prefix))
             elif action == 4:
@@ -342,6 +347,29 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
         assert dict(again.items()) == dict(whole.items())  # the hint written, read afresh
     assert unread_answers > 300  # most answers came with blocks still unread
     assert carried > 30  # and blocks never read were carried into the next hint as they were
+
+
+def test_a_lookup_decodes_its_block_once_and_takes_no_key_into_the_directory(tmp_path, monkeypatch):
+    keys = [f"threads/t/ns/~/checkpoints/1f0{n:05d}.ckpt" for n in range(2000)]
+    hint = tmp_path / HINT_NAME
+    hint.write_bytes(encode_hint(TAIL, 10**9, [(k, n * 10, 10) for n, k in enumerate(keys)]))
+    stat = hint.stat()
+    lazy = HintedDirectory(str(hint), (stat.st_ino, stat.st_size), lazy_index(hint), None)
+    decoded = []
+    real = key_directory.hint_block_columns
+    monkeypatch.setattr(
+        key_directory,
+        "hint_block_columns",
+        lambda *args: decoded.append(args[2]) or real(*args),
+    )
+    for _ in range(3):
+        assert lazy.get(keys[1000]) == (10_000, 10)
+        assert keys[1001] in lazy and lazy[keys[999]] == (9_990, 10)
+        assert lazy.get("threads/t/ns/~/checkpoints/1f001000.ckpz") is None
+    assert len(decoded) == 1 and dict.__len__(lazy) == 0  # one block, read for lookups only
+    lazy[keys[1000]] = (1, 1)  # a change takes the block in, with no second decode
+    assert len(decoded) == 1 and dict.__len__(lazy) == 256
+    assert lazy.get(keys[1000]) == (1, 1) and lazy.get(keys[1001]) == (10_010, 10)
 
 
 def lazy_index(hint):

@@ -247,8 +247,15 @@ class Codec:
             content_size,
         )
         head += identity_bytes
-        body = b"".join((head, self._header_digest(head), payload))
-        return body + self._record_digest(body)
+        header_digest = self._header_digest(head)
+        # the record digest covers head, header digest and payload: hashed in place,
+        # so the payload is copied once, into the record
+        self.digests += 1
+        state = self._record_hash.copy()
+        state.update(head)
+        state.update(header_digest)
+        state.update(payload)
+        return b"".join((head, header_digest, payload, state.digest()))
 
     # -- decode ----------------------------------------------------------
 

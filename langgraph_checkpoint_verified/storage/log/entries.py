@@ -420,6 +420,17 @@ def hint_block(
 ) -> list[tuple[str, tuple[int, int]]] | None:
     """Block ``number``'s keys, each with its record's (data offset, data size), in order;
     ``None`` if the block does not verify or does not fit the index."""
+    found = hint_block_columns(data, index, number)
+    if found is None:
+        return None
+    keys, offsets, sizes = found
+    return list(zip(keys, zip(offsets, sizes, strict=True), strict=True))
+
+
+def hint_block_columns(
+    data: bytes | Callable[[int, int], bytes], index: HintIndex, number: int
+) -> tuple[list[str], Sequence[int], Sequence[int]] | None:
+    """``hint_block`` as columns: the keys, their data offsets, their data sizes."""
     offset, size, crc = index.blocks[number]
     block = _reader(data)(size, offset)
     if len(block) != size or zlib.crc32(block) != crc:
@@ -441,7 +452,7 @@ def hint_block(
             return None
     except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
         return None
-    return list(zip(keys, zip(offsets, sizes, strict=True), strict=True))
+    return keys, offsets, sizes
 
 
 def _reader(data: bytes | Callable[[int, int], bytes]) -> Callable[[int, int], bytes]:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import bisect
 import builtins
-import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from langgraph_checkpoint_verified.storage.log.entries import HintIndex, KeptBlock, hint_block
+from langgraph_checkpoint_verified.storage.log.entries import (
+    HintIndex,
+    KeptBlock,
+    hint_block_columns,
+)
 
 
 class KeyDirectory(dict[str, Any]):
@@ -33,15 +36,7 @@ class KeyDirectory(dict[str, Any]):
 
     def __setitem__(self, key: str, value: Any) -> None:
         if not dict.__contains__(self, key):
-            parent, _, name = key.rpartition("/")
-            names = self.leaves.get(parent)
-            if names is None:
-                names = self.leaves[parent] = {}
-                self._add_dir(parent)
-            names[name] = None
-            greatest = self.greatest.get(parent)
-            if greatest is not None and name > greatest:
-                self.greatest[parent] = name
+            self._add_name(key)
         super().__setitem__(key, value)
 
     def add_names(self, parent: str, names: list[str], positions: list[Any]) -> None:
@@ -56,6 +51,41 @@ class KeyDirectory(dict[str, Any]):
         leaf.update(dict.fromkeys(names))
         self.greatest.pop(parent, None)  # found again when asked
         super().update(zip([f"{parent}/{name}" for name in names], positions, strict=True))
+
+    def add_sorted(self, keys: builtins.list[str], positions: builtins.list[Any]) -> None:
+        """Keys in sorted order, none of them in the directory yet, each at its position
+        (a hint's block). The keys directly under one directory are one run of them,
+        added a run at a time: a name is cut from its key once, never joined again."""
+        dict.update(self, zip(keys, positions, strict=True))
+        start, count = 0, len(keys)
+        while start < count:
+            parent = keys[start].rpartition("/")[0]
+            cut = len(parent) + 1
+            end = bisect.bisect_left(keys, f"{parent}0", start)  # "0" follows "/"
+            names = [key[cut:] for key in keys[start:end]]
+            if "/" in "".join(names):  # keys deeper down among them: one at a time
+                for key in keys[start:end]:
+                    self._add_name(key)
+            else:
+                leaf = self.leaves.get(parent)
+                if leaf is None:
+                    leaf = self.leaves[parent] = {}
+                    self._add_dir(parent)
+                leaf.update(dict.fromkeys(names))
+                self.greatest.pop(parent, None)  # found again when asked
+            start = end
+
+    def _add_name(self, key: str) -> None:
+        """Note a key new to the directory under its parent."""
+        parent, _, name = key.rpartition("/")
+        names = self.leaves.get(parent)
+        if names is None:
+            names = self.leaves[parent] = {}
+            self._add_dir(parent)
+        names[name] = None
+        greatest = self.greatest.get(parent)
+        if greatest is not None and name > greatest:
+            self.greatest[parent] = name
 
     def apply(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Set each key of ``changes`` to its value, or remove it where the value is
@@ -169,6 +199,8 @@ class HintedDirectory(KeyDirectory):
         self._hint_identity = hint_identity
         self._index: HintIndex | None = index
         self._unread = set(range(len(index.blocks)))
+        self._decoded: dict[int, tuple[builtins.list[str], Any, Any]] = {}
+        """Unread blocks decoded for lookups, not yet taken into the directory."""
         self._rescan = rescan
         if not self._unread:
             self._index = None
@@ -181,17 +213,45 @@ class HintedDirectory(KeyDirectory):
                 return
             if number not in self._unread:
                 continue
-            items = hint_block(self._read_hint, self._index, number)
-            if items is None:
-                self._adopt(self._rescan())
+            found = self._columns(number)
+            if found is None:
                 return
             self._unread.discard(number)
-            for parent, group in itertools.groupby(items, lambda item: item[0].rpartition("/")[0]):
-                keys_and_positions = builtins.list(group)
-                names = [key.rpartition("/")[2] for key, _ in keys_and_positions]
-                self.add_names(parent, names, [where for _, where in keys_and_positions])
+            del self._decoded[number]
+            keys, offsets, sizes = found
+            self.add_sorted(keys, builtins.list(zip(offsets, sizes, strict=True)))
         if self._index is not None and not self._unread:
             self._index = None  # every block read: a plain directory from now on
+
+    def _columns(self, number: int) -> tuple[builtins.list[str], Any, Any] | None:
+        """Unread block ``number`` as verified columns (keys, offsets, sizes), decoded once;
+        ``None`` if it does not verify (the directory is then the log read in full)."""
+        found = self._decoded.get(number)
+        if found is None:
+            assert self._index is not None
+            found = hint_block_columns(self._read_hint, self._index, number)
+            if found is None:
+                self._adopt(self._rescan())
+                return None
+            self._decoded[number] = found
+        return found
+
+    def _look_up(self, key: str) -> tuple[bool, Any]:
+        """(found, where) for ``key`` from its block's columns, when that block is unread:
+        a lookup needs no more than that block decoded (``(False, None)`` otherwise)."""
+        if self._index is None:
+            return False, None
+        number = self._block_of(key)
+        if number not in self._unread:
+            return False, None
+        found = self._columns(number)
+        if found is None:
+            return False, None
+        keys, offsets, sizes = found
+        at = bisect.bisect_left(keys, key)
+        if at < len(keys) and keys[at] == key:
+            return True, (offsets[at], sizes[at])
+        return True, None
 
     def _read_hint(self, size: int, offset: int) -> bytes:
         """Bytes of the hint file the index was read from; none if it is another file now."""
@@ -251,6 +311,7 @@ class HintedDirectory(KeyDirectory):
         self._hint_identity = hint_identity
         self._index = index
         self._unread = {n for n, first in enumerate(index.first_keys) if first in kept}
+        self._decoded = {}
         if not self._unread:
             self._index = None
 
@@ -279,6 +340,7 @@ class HintedDirectory(KeyDirectory):
         """Become ``complete`` (the log read in full), dropping the hint."""
         self._index = None
         self._unread = set()
+        self._decoded = {}
         dict.clear(self)
         dict.update(self, complete)
         self.leaves, self.subdirs, self.greatest = (
@@ -289,17 +351,28 @@ class HintedDirectory(KeyDirectory):
 
     # -- the directory ---------------------------------------------------------------------
 
+    # A lookup in an unread block reads that block's columns; a change takes the block
+    # into the directory first, so an unread block never holds a key changed since.
+
     def get(self, key: str, default: Any = None) -> Any:
-        self._for_key(key)
+        looked, where = self._look_up(key)
+        if looked:
+            return default if where is None else where
         return super().get(key, default)
 
     def __contains__(self, key: object) -> bool:
         if isinstance(key, str):
-            self._for_key(key)
+            looked, where = self._look_up(key)
+            if looked:
+                return where is not None
         return super().__contains__(key)
 
     def __getitem__(self, key: str) -> Any:
-        self._for_key(key)
+        looked, where = self._look_up(key)
+        if looked:
+            if where is None:
+                raise KeyError(key)
+            return where
         return super().__getitem__(key)
 
     def __setitem__(self, key: str, value: Any) -> None:

@@ -212,11 +212,16 @@ def test_a_hint_block_whose_checksum_holds_but_that_makes_no_sense_is_refused():
         [("a/x", (16, 10)), ("a/y", (30, 10))],
         [("a/z", (50, 5))],
     ]
+    # the largest record early, the last one small: each ends within what the hint covers
+    skewed = raw_hint([(["a/x", "a/y"], positions(16, 70, 90, 10))])
+    index = decode_hint_index(skewed, lambda end: TAIL, 120)
+    assert hint_block(skewed, index, 0) == [("a/x", (16, 70)), ("a/y", (90, 10))]
     for blocks, first_keys in (
         ([(["a/y", "a/x"], positions(16, 10, 30, 10))], None),  # not in order
         ([(["a/x"], positions(16, 10))], ["a/w"]),  # not the key the index names
         ([(["a/x", "a/z"], positions(16, 10, 30, 10)), (["a/y"], positions(5, 5))], None),
         ([(["a/x"], positions(16, 600))], None),  # beyond what the hint covers
+        ([(["a/x", "a/y"], positions(16, 70, 90, 11))], None),  # the last one, just
         ([(["a/x", "a/y"], positions(16, 10))], None),  # a position for each key
         ([([3], positions(16, 10))], [3]),  # keys are strings
         ([([], b"")], ["a"]),

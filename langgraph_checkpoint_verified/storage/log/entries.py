@@ -447,12 +447,20 @@ def hint_block_columns(
             or keys[0] != index.first_keys[number]
             or (upper is not None and keys[-1] >= upper)
             or keys != sorted(keys)
-            or max(map(operator.add, offsets, sizes)) > index.end
+            or not _all_end_by(offsets, sizes, index.end)
         ):
             return None
     except (ValueError, TypeError, ormsgpack.MsgpackDecodeError):
         return None
     return keys, offsets, sizes
+
+
+def _all_end_by(offsets: Sequence[int], sizes: Sequence[int], limit: int) -> bool:
+    """Whether every ``offset + size`` is at most ``limit``: the sum of the two maximums
+    bounds them all, and settles it unless it is past ``limit``."""
+    if max(offsets) + max(sizes) <= limit:
+        return True
+    return max(map(operator.add, offsets, sizes)) <= limit
 
 
 def _reader(data: bytes | Callable[[int, int], bytes]) -> Callable[[int, int], bytes]:

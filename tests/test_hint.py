@@ -26,6 +26,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     KeptBlock,
     decode_hint_index,
     encode_hint,
+    encode_hint_parts,
     hint_block,
     scan,
 )
@@ -390,16 +391,23 @@ def rewrite_hint(lazy: HintedDirectory, hint) -> int:
         return 0
     old = hint.read_bytes()
     kept = [part for part in parts if isinstance(part, KeptBlock)]
-    assert all(part.data in old for part in kept)
+    # each carried block is where the old hint holds it, as its index vouches for it
+    assert all(zlib.crc32(old[p.offset : p.offset + p.size]) == p.crc for p in kept)
     encoded = [
         part if isinstance(part, KeptBlock) else [(k, *where) for k, where in part]
         for part in parts
     ]
-    new = encode_hint(TAIL, 10**9, [], parts=encoded)
+    pieces, index = encode_hint_parts(TAIL, 10**9, encoded)
+    new = b"".join(p if isinstance(p, bytes) else old[p[0] : p[0] + p[1]] for p in pieces)
+    carried = {p.first_key: old[p.offset : p.offset + p.size] for p in kept}
+    for first_key, (offset, size, _) in zip(index.first_keys, index.blocks, strict=True):
+        if first_key in carried:
+            assert new[offset : offset + size] == carried[first_key]  # copied as it was
     temp = hint.with_name("next")
     temp.write_bytes(new)
     os.replace(temp, hint)
-    lazy.rebase((hint.stat().st_ino, hint.stat().st_size), lazy_index(hint))
+    assert index == lazy_index(hint)  # the index written is the one a reader decodes
+    lazy.rebase((hint.stat().st_ino, hint.stat().st_size), index)
     assert lazy._index is not None and len(lazy._unread) == len(kept)
     return len(kept)
 
@@ -421,9 +429,9 @@ def test_a_log_with_damage_is_not_hinted_again_at_every_append(tmp_path, monkeyp
     saver = VerifiedSaver(root, fsync=False, quarantine=False)
     assert saver.get_tuple(THREAD) is not None
     encoded = []
-    real = hint_file.encode_hint
+    real = hint_file.encode_hint_parts
     monkeypatch.setattr(
-        hint_file, "encode_hint", lambda *a, **k: encoded.append(1) or real(*a, **k)
+        hint_file, "encode_hint_parts", lambda *a, **k: encoded.append(1) or real(*a, **k)
     )
     items = []
     monkeypatch.setattr(

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -26,7 +27,7 @@ from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.records import keys as record_keys
 from langgraph_checkpoint_verified.records.format import RecordKind
 from langgraph_checkpoint_verified.storage import memory
-from langgraph_checkpoint_verified.storage.files import RecordFileStorage
+from langgraph_checkpoint_verified.storage.files import RecordFileStorage, copy_range
 from langgraph_checkpoint_verified.storage.log.entries import scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
 from langgraph_checkpoint_verified.storage.memory import MemoryStorage
@@ -353,3 +354,38 @@ def test_usage_counts_every_record_damaged_ones_included(tmp_path):
     log.write_bytes(bytes(data))
     fresh = VerifiedSaver(tmp_path / "s")
     assert fresh.storage.usage(prefix) == sum(len(fresh.storage.read(k) or b"") for k in keys)
+
+
+@pytest.mark.parametrize("kernel", ["copies", "refuses", "is not asked"])
+def test_copy_range_copies_in_the_kernel_or_in_this_process(tmp_path, monkeypatch, kernel):
+    """A hint's carried blocks are copied from the earlier hint file: by
+    ``copy_file_range`` where the kernel can, else read and written here (another file
+    system, an old kernel, a platform without it); a source too short is an error."""
+    source_bytes = random.Random(7).randbytes(1_000_000)
+    (tmp_path / "source").write_bytes(source_bytes)
+    source = os.open(tmp_path / "source", os.O_RDONLY)
+    target = os.open(tmp_path / "target", os.O_RDWR | os.O_CREAT)
+    in_kernel = []
+    real = getattr(os, "copy_file_range", None)
+    if kernel == "refuses":
+
+        def refused(*args):
+            in_kernel.append(args)
+            raise OSError(errno.EXDEV, "not between these file systems")
+
+        monkeypatch.setattr(os, "copy_file_range", refused, raising=False)
+    elif kernel == "is not asked":
+        monkeypatch.delattr(os, "copy_file_range", raising=False)
+    elif real is not None:
+        monkeypatch.setattr(os, "copy_file_range", lambda *a: in_kernel.append(a) or real(*a))
+    try:
+        os.pwrite(target, b"head", 0)
+        copy_range(source, 1_000, 600_000, target, 4)
+        assert os.pread(target, 600_004, 0) == b"head" + source_bytes[1_000:601_000]
+        with pytest.raises(OSError) as short:
+            copy_range(source, 900_000, 200_000, target, 4)
+        assert short.value.errno == errno.EIO
+    finally:
+        os.close(source)
+        os.close(target)
+    assert bool(in_kernel) == (kernel != "is not asked" and real is not None)

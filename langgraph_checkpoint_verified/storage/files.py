@@ -325,6 +325,43 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def write_all_at(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` of ``fd`` (``os.pwrite`` may write less at a time)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+_COPY_IN_PROCESS_ERRNOS = frozenset(
+    {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
+)
+"""``copy_file_range`` errors that mean "not between these files": copied in-process."""
+
+
+def copy_range(source: int, offset: int, size: int, target: int, target_offset: int) -> None:
+    """Copy ``size`` bytes at ``offset`` of ``source`` to ``target_offset`` of ``target``:
+    inside the kernel where it can (``copy_file_range``, no bytes through this process),
+    else read and written here. ``OSError`` (``EIO``) if ``source`` is shorter."""
+    copy = getattr(os, "copy_file_range", None)
+    done = 0
+    while done < size and copy is not None:
+        try:
+            copied = copy(source, target, size - done, offset + done, target_offset + done)
+        except OSError as exc:
+            if exc.errno not in _COPY_IN_PROCESS_ERRNOS:
+                raise
+            break
+        if copied == 0:
+            raise OSError(errno.EIO, f"source ends before byte {offset + size}")
+        done += copied
+    if done < size:
+        data = os.pread(source, size - done, offset + done)
+        if len(data) != size - done:
+            raise OSError(errno.EIO, f"source ends before byte {offset + size}")
+        write_all_at(target, data, target_offset + done)
+
+
 def remove_quietly(path: str) -> None:
     try:
         os.unlink(path)

@@ -276,21 +276,23 @@ class HintIndex:
 @dataclass(frozen=True)
 class KeptBlock:
     """A block of an earlier hint of the same log, carried into a new hint as it is: no
-    key in its range changed since (``encode_hint``'s ``parts``)."""
+    key in its range changed since (``encode_hint_parts``'s ``parts``)."""
 
     first_key: str
-    data: bytes
+    offset: int
+    size: int
+    """Where the block lies in the earlier hint file: copied from there, not decoded."""
     crc: int
-    """The block's CRC-32, as the index of the hint it comes from holds it (checked)."""
+    """The block's CRC-32, as the index of the hint it comes from holds it (checked when
+    the block is read, as any block)."""
 
 
-def encode_hint(
-    log_tail: bytes,
-    end: int,
-    entries: list[tuple[str, int, int]],
-    *,
-    parts: Sequence[KeptBlock | Sequence[tuple[str, int, int]]] | None = None,
-) -> bytes:
+HintPiece = bytes | tuple[int, int]
+"""A stretch of a hint to write: bytes, or ``(offset, size)`` of the earlier hint file to
+copy as they are (its carried blocks)."""
+
+
+def encode_hint(log_tail: bytes, end: int, entries: list[tuple[str, int, int]]) -> bytes:
     """A saved key directory: which entry data of the log each key holds.
 
     The hint names its log by content, not by file: ``log_tail`` is the log's
@@ -298,11 +300,6 @@ def encode_hint(
     last entry covered and the data before it. A log copied, restored from a
     backup or rewritten byte for byte keeps its hint; a log compacted since, or
     whose covered bytes were lost in a crash, no longer ends that way there.
-
-    ``parts``, given instead of ``entries``, are the hint's blocks in key order: blocks
-    of an earlier hint of this log carried as they are (``KeptBlock``: rewriting a long
-    log's hint then decodes and encodes only the blocks whose keys changed), and runs of
-    sorted entries between them, cut into blocks.
 
     Keys are sorted and cut into blocks of ``HINT_BLOCK_KEYS``, so that a
     reader finds a key, or the greatest key under a prefix, by reading the
@@ -327,10 +324,25 @@ def encode_hint(
         >>> decode_hint_index(hint, lambda end: bytes(8), log_size=120) is None  # another log
         True
     """
+    pieces, _ = encode_hint_parts(log_tail, end, [sorted(entries)])
+    return b"".join(pieces)  # type: ignore[arg-type]  # no block carried: bytes only
+
+
+def encode_hint_parts(
+    log_tail: bytes, end: int, parts: Sequence[KeptBlock | Sequence[tuple[str, int, int]]]
+) -> tuple[list[HintPiece], HintIndex]:
+    """``encode_hint`` of the hint's blocks in key order: blocks of an earlier hint of
+    this log carried as they are (``KeptBlock``: rewriting a long log's hint then
+    decodes and encodes only the blocks whose keys changed, and copies the others from
+    the earlier file), and runs of sorted entries between them, cut into blocks.
+
+    Returns the hint as pieces to write in order (adjacent carried blocks are one
+    copy), and the index a reader of it decodes.
+    """
     if len(log_tail) != LOG_TAIL_SIZE:
         raise ValueError(f"a hint names its log by {LOG_TAIL_SIZE} bytes, not {len(log_tail)}")
     header = _HINT_HEADER.pack(HINT_MAGIC, HINT_VERSION, log_tail, end)
-    written = [header]
+    written: list[HintPiece] = [header]
     offset = len(header)
     first_keys: list[str] = []
     spans = array("Q")
@@ -342,9 +354,16 @@ def encode_hint(
         written.append(block)
         offset += len(block)
 
-    for part in [sorted(entries)] if parts is None else parts:
+    for part in parts:
         if isinstance(part, KeptBlock):
-            add(part.first_key, part.data, part.crc)
+            first_keys.append(part.first_key)
+            spans.extend((offset, part.size, part.crc))
+            last = written[-1]
+            if isinstance(last, tuple) and last[0] + last[1] == part.offset:
+                written[-1] = (last[0], last[1] + part.size)  # one copy for adjacent blocks
+            else:
+                written.append((part.offset, part.size))
+            offset += part.size
             continue
         for start in range(0, len(part), HINT_BLOCK_KEYS):
             chunk = part[start : start + HINT_BLOCK_KEYS]
@@ -354,11 +373,12 @@ def encode_hint(
             keys = [key for key, _, _ in chunk]
             block = ormsgpack.packb([keys, _little_endian(positions).tobytes()])
             add(keys[0], block, zlib.crc32(block))
-    index = ormsgpack.packb([first_keys, _little_endian(spans).tobytes()])
+    index = ormsgpack.packb([first_keys, _little_endian(array("Q", spans)).tobytes()])
     footer = _HINT_FOOTER.pack(
         offset, len(index), zlib.crc32(index, zlib.crc32(header)), _HINT_FOOTER_MAGIC
     )
-    return b"".join([*written, index, footer])
+    blocks = list(zip(spans[0::3], spans[1::3], spans[2::3], strict=True))
+    return [*written, index + footer], HintIndex(end, first_keys, blocks)
 
 
 def decode_hint_index(

@@ -66,6 +66,7 @@ from langgraph_checkpoint_verified.storage.files import (
     remove_quietly,
     temp_path,
     write_all,
+    write_all_at,
 )
 from langgraph_checkpoint_verified.storage.log.entries import (
     CHECKSUM_SIZE,
@@ -533,9 +534,9 @@ class FileStorage:
                 # outgrown: new room after the entries, written first (the entries are
                 # one write, whole or torn) and synced with them
                 room = room_after(new_end)
-                _write_all_at(fd, bytes(room), new_end)
+                write_all_at(fd, bytes(room), new_end)
                 size = new_end + room
-            _write_all_at(fd, appended, log.end)
+            write_all_at(fd, appended, log.end)
             if self.fsync and durable:
                 os.fdatasync(fd)
         except OSError as exc:
@@ -1176,13 +1177,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _write_all_at(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
 
 
 __all__ = ["HINT_NAME", "LOCK_NAME", "LOG_NAME", "PARITY_NAME", "FileStorage"]

@@ -13,12 +13,18 @@ from collections.abc import Callable
 from typing import Any
 
 from langgraph_checkpoint_verified.storage.base import FILE_MODE
-from langgraph_checkpoint_verified.storage.files import remove_quietly, temp_path, write_all
+from langgraph_checkpoint_verified.storage.files import (
+    copy_range,
+    remove_quietly,
+    temp_path,
+    write_all_at,
+)
 from langgraph_checkpoint_verified.storage.log.entries import (
     LOG_TAIL_SIZE,
+    HintPiece,
     KeptBlock,
     decode_hint_index,
-    encode_hint,
+    encode_hint_parts,
 )
 from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
 from langgraph_checkpoint_verified.storage.log.thread_log import DamagedEntry, ThreadLog
@@ -84,37 +90,89 @@ def write_hint(log: ThreadLog) -> None:
         return
     directory = log.index
     # a directory still partly in its hint carries the blocks it never read as they
-    # are: only the blocks whose keys changed are decoded and encoded again
-    carried = directory.hint_parts() if isinstance(directory, HintedDirectory) else None
-    parts: builtins.list[Any] = []
-    for part in [sorted(directory.items())] if carried is None else carried:
+    # are, copied from that hint file: only the blocks whose keys changed are decoded
+    # and encoded again
+    earlier = _open_earlier_hint(directory)
+    try:
+        carried = None
+        if earlier is not None:
+            assert isinstance(directory, HintedDirectory)
+            carried = directory.hint_parts()
+        parts = _encodable([sorted(directory.items())] if carried is None else carried)
+        if parts is None:
+            log.hint_end = log.end  # not again before the log has grown as much again
+            return
+        temp = temp_path(log.directory)
+        try:
+            log_tail = os.pread(log.fd, LOG_TAIL_SIZE, log.end - LOG_TAIL_SIZE)
+            pieces, index = encode_hint_parts(log_tail, log.end, parts)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            try:
+                size = _write_pieces(fd, pieces, earlier)
+                written = os.fstat(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, f"{log.directory}/{HINT_NAME}")
+        except OSError:
+            remove_quietly(temp)  # a read-only store, a full disk: no hint, nothing lost
+            return
+    finally:
+        if earlier is not None:
+            os.close(earlier)
+    log.hint_end, log.hint_size = log.end, size
+    if carried is not None:
+        # read on from the new hint (the old one is gone)
+        assert isinstance(directory, HintedDirectory)
+        directory.rebase((written.st_ino, written.st_size), index)
+
+
+def _encodable(parts: builtins.list[Any]) -> builtins.list[Any] | None:
+    """``hint_parts`` (or all the items) as ``encode_hint_parts`` takes them; ``None`` if
+    a key is held by something a hint cannot name (damage, a record file)."""
+    encodable: builtins.list[Any] = []
+    for part in parts:
         if isinstance(part, KeptBlock):
-            parts.append(part)
+            encodable.append(part)
             continue
         entries = []
         for key, where in part:
             if not isinstance(where, tuple) or isinstance(where, DamagedEntry):
-                log.hint_end = log.end  # not again before the log has grown as much again
-                return
+                return None
             entries.append((key, where[0], where[1]))
-        parts.append(entries)
-    temp = temp_path(log.directory)
+        encodable.append(entries)
+    return encodable
+
+
+def _open_earlier_hint(directory: KeyDirectory) -> int | None:
+    """The hint file a directory still partly in it was opened from, open, if it is still
+    that file; ``None`` otherwise (every key is then encoded anew)."""
+    if not isinstance(directory, HintedDirectory) or not directory.partly_read:
+        return None
     try:
-        log_tail = os.pread(log.fd, LOG_TAIL_SIZE, log.end - LOG_TAIL_SIZE)
-        data = encode_hint(log_tail, log.end, [], parts=parts)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-        try:
-            write_all(fd, data)
-            written = os.fstat(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, f"{log.directory}/{HINT_NAME}")
+        fd = os.open(directory.hint_file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        remove_quietly(temp)  # a read-only store, a full disk: no hint, nothing lost
-        return
-    log.hint_end, log.hint_size = log.end, len(data)
-    if carried is not None:
-        # read on from the new hint (the old one is gone)
-        index = decode_hint_index(data, lambda end: log_tail, log.end)
-        assert isinstance(directory, HintedDirectory) and index is not None
-        directory.rebase((written.st_ino, written.st_size), index)
+        return None
+    try:
+        st = os.fstat(fd)
+        identity: tuple[int, int] | None = (st.st_ino, st.st_size)
+    except OSError:
+        identity = None
+    if identity != directory.hint_identity:
+        os.close(fd)  # replaced since: not the blocks its index names
+        return None
+    return fd
+
+
+def _write_pieces(fd: int, pieces: builtins.list[HintPiece], earlier: int | None) -> int:
+    """Write a hint's pieces in order at ``fd``, the carried ones copied from ``earlier``;
+    the hint's size."""
+    offset = 0
+    for piece in pieces:
+        if isinstance(piece, tuple):
+            assert earlier is not None
+            copy_range(earlier, piece[0], piece[1], fd, offset)
+            offset += piece[1]
+        else:
+            write_all_at(fd, piece, offset)
+            offset += len(piece)
+    return offset

@@ -41,16 +41,20 @@ class KeyDirectory(dict[str, Any]):
 
     def add_names(self, parent: str, names: list[str], positions: list[Any]) -> None:
         """Keys ``parent/name``, none of them in the directory yet, each at its position:
-        a directory at a time (a hint's group), not a key at a time."""
+        a directory at a time (a stretch of log applied at once), not a key at a time."""
         if not names:
             return
+        self._add_leaves(parent, names)
+        super().update(zip([f"{parent}/{name}" for name in names], positions, strict=True))
+
+    def _add_leaves(self, parent: str, names: list[str]) -> None:
+        """Note names new to the directory under ``parent``, all at once."""
         leaf = self.leaves.get(parent)
         if leaf is None:
             leaf = self.leaves[parent] = {}
             self._add_dir(parent)
         leaf.update(dict.fromkeys(names))
         self.greatest.pop(parent, None)  # found again when asked
-        super().update(zip([f"{parent}/{name}" for name in names], positions, strict=True))
 
     def add_sorted(self, keys: builtins.list[str], positions: builtins.list[Any]) -> None:
         """Keys in sorted order, none of them in the directory yet, each at its position
@@ -67,12 +71,7 @@ class KeyDirectory(dict[str, Any]):
                 for key in keys[start:end]:
                     self._add_name(key)
             else:
-                leaf = self.leaves.get(parent)
-                if leaf is None:
-                    leaf = self.leaves[parent] = {}
-                    self._add_dir(parent)
-                leaf.update(dict.fromkeys(names))
-                self.greatest.pop(parent, None)  # found again when asked
+                self._add_leaves(parent, names)
             start = end
 
     def _add_name(self, key: str) -> None:
@@ -275,34 +274,42 @@ class HintedDirectory(KeyDirectory):
     # -- writing the next hint ---------------------------------------------------------------
 
     def hint_parts(self) -> builtins.list[Any] | None:
-        """The directory as the parts of a new hint (``encode_hint``), in key order: each
-        block never read, as the hint holds it (a key changed since would have read its
-        block first), and the keys read or changed between them, as ``(key, where)``.
-
-        ``None`` once every block is read (the directory is then complete: encode its
-        items), or if the hint file is another one now.
-        """
+        """The directory as the parts of a new hint (``encode_hint_parts``), in key order:
+        each block never read, where the hint file holds it (a key changed since would
+        have read its block first), and the keys read or changed between them, as
+        ``(key, where)``. ``None`` once every block is read (the directory is then
+        complete: encode its items). The blocks are copied from ``hint_file``, which
+        must still be the file ``hint_identity`` names."""
         index = self._index
         if index is None:
             return None
-        unread = sorted(self._unread)
-        blocks = self._read_hint_spans([index.blocks[n][:2] for n in unread])
         loaded = sorted(dict.items(self))
         loaded_keys = [key for key, _ in loaded]
         parts: builtins.list[Any] = []
         taken = 0
-        for number, data in zip(unread, blocks, strict=True):
-            _, size, crc = index.blocks[number]
-            if len(data) != size:
-                return None
-            # carried with the CRC-32 it had: one damaged since is found when read, as here
+        for number in sorted(self._unread):
+            offset, size, crc = index.blocks[number]
             first_key = index.first_keys[number]
             cut = bisect.bisect_left(loaded_keys, first_key)
             parts.append(loaded[taken:cut])
-            parts.append(KeptBlock(first_key, data, crc))
+            parts.append(KeptBlock(first_key, offset, size, crc))
             taken = cut
         parts.append(loaded[taken:])
         return parts
+
+    @property
+    def partly_read(self) -> bool:
+        """Whether some blocks of the hint are still unread (``hint_parts`` has parts)."""
+        return self._index is not None
+
+    @property
+    def hint_file(self) -> str:
+        return self._hint_path
+
+    @property
+    def hint_identity(self) -> tuple[int, int]:
+        """The hint file's (inode, size) when its index was read."""
+        return self._hint_identity
 
     def rebase(self, hint_identity: tuple[int, int], index: HintIndex) -> None:
         """Read on from a new hint written from ``hint_parts``: its carried blocks are

@@ -2,7 +2,7 @@
 
 The saver keeps the parts of the newest checkpoint it read (records, serialized
 values, pending writes) with the log's stamp. While the stamp holds, the next
-``get_tuple`` reads only the records it was made of, checks them against the bytes
+``get_tuple`` reads only the records it was made of, compares them with the bytes
 it verified, and deserializes the values anew: no listing, no lookup of the
 newest id, no decode. Every change to the thread, by this process or another,
 changes the stamp; damage since changes the bytes (``test_record_cache``).
@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+from logtools import view_log
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.engine import reads
@@ -91,10 +92,11 @@ def test_an_unchanged_thread_is_read_as_its_records_and_nothing_else(tmp_path, m
     looks = Looks(monkeypatch)
     for _ in range(10):
         assert saver.get_tuple(THREAD) == first
-    # per read: the 16-byte look at the log's end, then its three records (the
-    # checkpoint's, the one holding `profile`, the pending writes), each checked
-    assert looks.preads.count(HEADER_SIZE) == 10
-    assert len(looks.preads) == 40
+    # per read: a 16-byte look at the log's end for its stamp, another as its three
+    # records (the checkpoint's, the one holding `profile`, the pending writes) are
+    # read again and compared with the bytes verified then
+    assert looks.preads.count(HEADER_SIZE) == 20
+    assert len(looks.preads) == 50
     assert (looks.listings, looks.decodes) == (0, 0)
 
 
@@ -197,3 +199,24 @@ def test_stores_that_cannot_tell_cheaply_have_no_thread_stamp(tmp_path):
     records.write("threads/t/a", b"1")
     assert memory.thread_stamp("threads/t") is None
     assert records.thread_stamp("threads/t") is None
+
+
+def test_a_store_still_holds_bytes_only_if_they_read_the_same_again(tmp_path):
+    storage = FileStorage(tmp_path)
+    storage.write("threads/t/a", b"one")
+    storage.write("threads/t/b", b"two")
+    assert storage.still_holds([("threads/t/a", b"one"), ("threads/t/b", b"two")])
+    assert not storage.still_holds([("threads/t/a", b"one"), ("threads/t/b", b"tw0")])
+    assert not storage.still_holds([("threads/t/a", b"on")])
+    storage.delete("threads/t/b")
+    assert not storage.still_holds([("threads/t/b", b"two")])
+    log = tmp_path / "threads/t/log"
+    entry = view_log(log.read_bytes(), "threads/t").entry("threads/t/a")
+    with open(log, "r+b") as f:  # a bit flipped on disk since it was read
+        f.seek(entry.data_offset)
+        f.write(b"n")  # "one" -> "nne"
+    assert not storage.still_holds([("threads/t/a", b"one")])
+    memory = MemoryStorage()
+    memory.write("threads/t/a", b"one")
+    assert memory.still_holds([("threads/t/a", b"one")])
+    assert not memory.still_holds([("threads/t/a", b"two")])

@@ -173,16 +173,16 @@ class Engine:
         value and no pending write, as ``list_checkpoints`` does: for summaries.
         """
         prefix = keys.thread_prefix(thread_id)
+        # the newest read before, its parts used again while the thread is unchanged
+        stamp = self.storage.thread_stamp(prefix) if values and holders is None else None
+        if stamp is not None:
+            kept = self.newest.get(thread_id, checkpoint_ns, stamp)
+            if kept is not None and self._still_reads_as(kept):
+                try:
+                    return self.assemble(kept, remember_lists=True)
+                except Unusable:
+                    pass  # read it all again, as if never read
         with self.storage.consistent_reads(prefix):
-            # the newest read before, its parts used again while the thread is unchanged
-            stamp = self.storage.thread_stamp(prefix) if values and holders is None else None
-            if stamp is not None:
-                kept = self.newest.get(thread_id, checkpoint_ns, stamp)
-                if kept is not None and self._still_reads_as(kept):
-                    try:
-                        return self.assemble(kept, remember_lists=True)
-                    except Unusable:
-                        pass  # read it all again, as if never read
             strict = self.strict if strict is None else strict
             holders = {} if holders is None else holders
             skipped: list[str] = []
@@ -237,14 +237,13 @@ class Engine:
         return CheckpointParts(record, entries, writes, tuple(sources))
 
     def _still_reads_as(self, kept: CheckpointParts) -> bool:
-        """Whether every record ``kept`` was read from reads (and checks) as the same bytes
-        again: damage since is then found, healed and reported by the read that follows."""
+        """Whether every record ``kept`` was read from still holds the bytes verified then:
+        if not (damage since, a rewrite), the read that follows finds, heals and reports."""
         assert kept.sources is not None
         try:
-            now = self.storage.read_many([key for key, _ in kept.sources])
+            return self.storage.still_holds(kept.sources)
         except OSError:
             return False
-        return all(data == read for (_, data), read in zip(kept.sources, now, strict=True))
 
     def checkpoint_or_ancestor(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str

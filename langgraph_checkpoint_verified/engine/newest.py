@@ -5,13 +5,13 @@ reads its record, the records holding its values and its pending writes, and
 checks each. While nothing in the thread changed since, the answer is the same:
 the storage's ``thread_stamp`` says so (on files, one 16-byte read of the log
 where this process knows it to end), and the parts read then are used again.
+
+The records they came from are still read at every use, and must be the very
+bytes verified then (``Storage.still_holds``): damage since sends the read the
+long way, which finds it, heals it from parity or falls back, and reports it.
 Only serialized parts are kept (records, value parts, write values), never a
 value: each reader deserializes its own (``DecodedValues`` copies the values it
 has deserialized before), so nothing a caller changes reaches another.
-
-Damage that strikes a record's bytes on disk after they were read and checked
-is found by the next read of those bytes, as in SQLite's page cache: any read
-of the thread once it has changed, ``verify``, a scrub, or another process.
 """
 
 from __future__ import annotations

@@ -47,9 +47,9 @@ class Storage(Protocol):
         """The bytes stored under ``key``, or ``None`` if there are none."""
         ...
 
-    def read_many(self, keys: Sequence[str]) -> builtins.list[bytes | None]:
-        """``read`` of each key, in order (one look at whether a thread changed, where the
-        store needs one, for all of the keys in it)."""
+    def still_holds(self, items: Sequence[tuple[str, bytes]]) -> bool:
+        """Whether each ``(key, data)``'s key holds exactly ``data`` now, read again (one
+        look at whether a thread changed, where the store needs one, for all of them)."""
         ...
 
     def list(self, prefix: str) -> list[str]:
@@ -167,8 +167,8 @@ class OneRecordPerWrite:
     def read(self, key: str) -> bytes | None:
         raise NotImplementedError
 
-    def read_many(self, keys: Sequence[str]) -> builtins.list[bytes | None]:
-        return [self.read(key) for key in keys]
+    def still_holds(self, items: Sequence[tuple[str, bytes]]) -> bool:
+        return all(self.read(key) == data for key, data in items)
 
     def walk(self, prefix: str) -> Iterator[str]:
         raise NotImplementedError

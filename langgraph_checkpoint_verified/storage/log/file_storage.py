@@ -213,21 +213,15 @@ class FileStorage:
 
     # -- keeping the key directory up to date --------------------------------
 
-    @contextmanager
-    def consistent_reads(self, prefix: str) -> Iterator[None]:
+    def consistent_reads(self, prefix: str) -> AbstractContextManager[None]:
         """Within the block, this thread catches up with the log of ``prefix``'s thread
         once: later reads use the key directory and the file as they were then (an
         open descriptor keeps a replaced log readable), or as its own appends left them."""
         thread_key = self._thread_dir_key(prefix)
         views: dict[str, ThreadLog | None] = self._views.__dict__.setdefault("logs", {})
         if thread_key is None or thread_key in views:
-            yield
-            return
-        views[thread_key] = None  # no read yet
-        try:
-            yield
-        finally:
-            del views[thread_key]
+            return nullcontext()
+        return _CaughtUpOnce(views, thread_key)
 
     def _refresh(self, log: ThreadLog, *, appending: bool = False) -> os.stat_result | None:
         """Bring ``log.index`` up to date with the file (caller holds ``log.lock``; with
@@ -726,15 +720,24 @@ class FileStorage:
             self._refresh(log)
             return self._read_known(log, key)
 
-    def read_many(self, keys: Sequence[str]) -> builtins.list[bytes | None]:
-        """``read`` of each key; the keys of one thread share one look at its log."""
-        thread_key = self._thread_dir_key(keys[0]) if keys else None
-        if thread_key is None or not all(k.startswith(f"{thread_key}/") for k in keys):
-            return [self.read(key) for key in keys]
+    def still_holds(self, items: Sequence[tuple[str, bytes]]) -> bool:
+        """Whether each key's entry holds exactly the bytes given: its data read again and
+        compared (bytes that were verified and are the same need no checksum; any other
+        bytes, damage included, are for ``read`` to check, heal and report)."""
+        thread_key = self._thread_dir_key(items[0][0]) if items else None
+        if thread_key is None or not all(k.startswith(f"{thread_key}/") for k, _ in items):
+            return all(self.read(key) == data for key, data in items)
         log = self._log(thread_key)
         with log.lock:
             self._refresh(log)
-            return [self._read_known(log, key) for key in keys]
+            for key, data in items:
+                where = log.index.get(key)
+                if type(where) is not tuple or where[1] != len(data):
+                    return False  # moved, deleted, damaged, or another record now
+                assert log.fd is not None
+                if os.pread(log.fd, where[1], where[0]) != data:
+                    return False
+            return True
 
     def _read_known(self, log: ThreadLog, key: str) -> bytes | None:
         """``key``'s data as the key directory places it (caller holds ``log.lock``)."""
@@ -1158,6 +1161,22 @@ class FileStorage:
 
     def __repr__(self) -> str:
         return f"FileStorage({str(self.root)!r}, fsync={self.fsync})"
+
+
+class _CaughtUpOnce:
+    """``FileStorage.consistent_reads``'s block (a class: it is entered at every read of
+    a thread's newest checkpoint, and a generator's context manager costs more)."""
+
+    __slots__ = ("views", "thread_key")
+
+    def __init__(self, views: dict[str, ThreadLog | None], thread_key: str) -> None:
+        self.views, self.thread_key = views, thread_key
+
+    def __enter__(self) -> None:
+        self.views[self.thread_key] = None  # no read yet
+
+    def __exit__(self, *exc: object) -> None:
+        del self.views[self.thread_key]
 
 
 _OPEN_STORES: weakref.WeakSet[FileStorage] = weakref.WeakSet()

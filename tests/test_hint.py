@@ -148,7 +148,9 @@ def test_a_copied_store_keeps_using_its_hint_and_a_rewritten_log_does_not(tmp_pa
     monkeypatch.setattr(
         FileStorage,
         "_read_tail",
-        lambda self, log, fd, size: scans.append(size - log.end) or read_tail(self, log, fd, size),
+        lambda self, log, fd, size, **kw: (
+            scans.append(size - log.end) or read_tail(self, log, fd, size, **kw)
+        ),
     )
     root = tmp_path / "store"
     fill(VerifiedSaver(root, fsync=False), 1500)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+from logtools import lose_parity
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.records.keys import thread_prefix
@@ -43,7 +44,7 @@ from langgraph_checkpoint_verified.storage.log.file_storage import (
     LOG_NAME,
     PARITY_NAME,
 )
-from langgraph_checkpoint_verified.storage.log.parity import RECORD_SIZE
+from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE, RECORD_SIZE, STRIPE_SIZE
 from langgraph_checkpoint_verified.storage.log.tail import TAIL_WINDOW
 
 # a latest checkpoint is one record, plus the records holding its unchanged
@@ -125,11 +126,14 @@ def log_of(root: Path, thread_id: str) -> Path:
 
 def split_reads(reads, log: Path):
     """A log's reads: those of whole records (a record's entry, exactly: its checksum is
-    checked as it is read), and the scans. Neither are the few bytes a hint names its log
-    by, read where a hint ends (to check one, or to write one), nor the look at where the
-    next entry would start (an entry header of zeros: no process appended since)."""
+    checked as it is read; or its data alone, compared with bytes verified before), and
+    the scans. Neither are the few bytes a hint names its log by, read where a hint ends
+    (to check one, or to write one), nor the look at where the next entry would start
+    (an entry header of zeros: no process appended since)."""
     data = log.read_bytes()
-    records = {(e.offset, e.end - e.offset) for e in scan(data)[0]}
+    entries = scan(data)[0]
+    records = {(e.offset, e.end - e.offset) for e in entries}
+    records |= {(e.data_offset, e.data_size) for e in entries}
     mine = [(offset, size) for path, offset, size in reads if path == str(log)]
     mine = [(offset, size) for offset, size in mine if size not in (LOG_TAIL_SIZE, HEADER_SIZE)]
     return [r for r in mine if r in records], [r for r in mine if r not in records]
@@ -252,6 +256,39 @@ def test_a_thread_no_process_read_yet_is_opened_from_the_hint_its_writer_left(
         assert hint.stat().st_ino == writers_hint.st_ino
     else:  # a reader that scanned that much leaves a new hint
         assert hint.stat().st_ino != writers_hint.st_ino
+
+
+@pytest.mark.parametrize("parity", ["kept", "lost"])
+def test_the_log_past_a_hint_is_read_as_far_as_its_parity_reaches_in_one_read(
+    tmp_path, monkeypatch, parity
+):
+    """Past the hint, the entries end about where the parity's last stripe record does (a
+    record covers what was synced): the first read reaches there, a block beyond, and no
+    further. With no parity to say, windows from ``TAIL_WINDOW`` that double."""
+    root = tmp_path / "store"
+    build_store(root, 2_000, other_threads=0)
+    log = log_of(root, "long")
+    log_bytes = log.read_bytes()
+    hint_index = decode_hint_index(
+        (log.parent / HINT_NAME).read_bytes(),
+        lambda end: log_bytes[end - LOG_TAIL_SIZE : end],
+        len(log_bytes),
+    )
+    assert hint_index is not None
+    end = scan(log_bytes)[2]
+    assert end - hint_index.end > 2 * TAIL_WINDOW  # the writer's hint is that far behind
+    if parity == "lost":
+        lose_parity(log)
+    counter = ReadCounter(monkeypatch)
+    VerifiedSaver(root).get_tuple(LONG)
+    _, reads = counter.take()
+    _, scans = split_reads(reads, log)
+    assert scans[0][0] == hint_index.end
+    if parity == "kept":
+        assert len(scans) == 1
+        assert end < hint_index.end + scans[0][1] <= end + STRIPE_SIZE + BLOCK_SIZE
+    else:
+        assert [size for _, size in scans[:2]] == [TAIL_WINDOW, 2 * TAIL_WINDOW]
 
 
 def test_records_read_do_not_grow_with_the_number_of_checkpoints(tmp_path, monkeypatch):

@@ -298,7 +298,7 @@ class FileStorage:
             return
         if not log.index:  # a hint covers the log only: record files are listed above
             read_hint(log, fd, lambda: self._read_whole(log))
-        self._read_tail(log, fd, os.fstat(fd).st_size)
+        self._read_tail(log, fd, os.fstat(fd).st_size, far=True)
         if log.end - log.hint_end >= HINT_AFTER_BYTES:
             # this process read that much to open the thread: the next one need not (the
             # writer's rule lets a long log's hint lag further, for the writer's sake)
@@ -342,13 +342,14 @@ class FileStorage:
                     elif not name.startswith("."):
                         yield f"{thread_key}/{rel}/{name}", f"{dirpath}/{name}"
 
-    def _read_tail(self, log: ThreadLog, fd: int, size: int) -> None:
+    def _read_tail(self, log: ThreadLog, fd: int, size: int, *, far: bool = False) -> None:
         """Read the log from ``log.end`` to ``size`` (the file's size) into the key
-        directory: the entries appended since, up to the room or a torn tail."""
+        directory: the entries appended since, up to the room or a torn tail. ``far``:
+        from a hint's coverage, which many entries may follow (``read_tail``)."""
         if size <= log.end:
             return
         base = log.end
-        tail = read_tail(fd, log.parity, base, size, window=bool(base) and log.room)
+        tail = read_tail(fd, log.parity, base, size, window=bool(base) and log.room, far=far)
         if tail.healed:
             self._healed(log, tail.healed, None)
         log.room, log.size = tail.room, size

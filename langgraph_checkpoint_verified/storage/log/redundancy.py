@@ -134,6 +134,16 @@ class ParityFile:
             os.close(fd)
         return decode_record(data, number)
 
+    def extent(self) -> int:
+        """Where the last stripe with a record ends in the log: about where its entries
+        synced so far end (a record covers bytes once they are synced). Only a guess: the
+        sidecar is not synced itself, and a crash may leave it short or long. 0 if none."""
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:
+            return 0
+        return size // RECORD_SIZE * STRIPE_SIZE
+
     def create(self) -> None:
         """Make the sidecar, empty, if there is none (before its log's first append)."""
         os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | _CLOEXEC, FILE_MODE))

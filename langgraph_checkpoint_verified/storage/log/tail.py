@@ -19,6 +19,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     Entry,
     scan,
 )
+from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE
 from langgraph_checkpoint_verified.storage.log.redundancy import (
     ParityFile,
     patch,
@@ -47,17 +48,25 @@ class Tail:
     """Log offsets of the blocks rebuilt from parity."""
 
 
-def read_tail(fd: int, parity: ParityFile, base: int, size: int, *, window: bool) -> Tail:
+def read_tail(
+    fd: int, parity: ParityFile, base: int, size: int, *, window: bool, far: bool = False
+) -> Tail:
     """What the log open as ``fd`` holds from ``base`` to ``size``: rebuilt from parity
     where it fails its checks, and told apart from the room and from a torn tail.
 
     ``window``: the log had room after ``base`` when last read, so it is read a window
     at a time (``TAIL_WINDOW``, then twice as much each time) until intact entries end
     in room: the rest of the room is not read. Anything else found on the way (damage,
-    a torn write) has the whole of it read.
+    a torn write) has the whole of it read. ``far``: the entries may end far past
+    ``base`` (a hint's coverage): the first window reaches where the parity's records
+    do, which is about where the entries synced end (``ParityFile.extent``).
     """
     if window:
-        up_to_room = _read_up_to_room(fd, parity, base, size)
+        first = TAIL_WINDOW
+        if far:
+            # past the last stripe with a record by a block: room seen, if it is there
+            first = max(first, parity.extent() + BLOCK_SIZE - base)
+        up_to_room = _read_up_to_room(fd, parity, base, size, first)
         if up_to_room is not None:
             return up_to_room
     data = os.pread(fd, size - base, base)
@@ -95,13 +104,13 @@ def read_tail(fd: int, parity: ParityFile, base: int, size: int, *, window: bool
     return Tail(data, entries, damaged, end, room=room, healed=healed)
 
 
-def _read_up_to_room(fd: int, parity: ParityFile, base: int, size: int) -> Tail | None:
+def _read_up_to_room(fd: int, parity: ParityFile, base: int, size: int, window: int) -> Tail | None:
     """The intact entries from ``base`` and the room after them, read a window at a time
-    (each twice the last); ``None`` if anything but intact entries and room is found."""
+    (``window`` bytes, then twice as much each time); ``None`` if anything but intact
+    entries and room is found."""
     data = b""
     entries: builtins.list[Entry] = []
     end = 0
-    window = TAIL_WINDOW
     while len(data) < size - base:
         data += os.pread(fd, min(window, size - base - len(data)), base + len(data))
         found, damaged, end = scan(data, end)  # from the entry the last window cut

@@ -190,7 +190,9 @@ class Engine:
             for checkpoint_id in self.reader.newest_first(thread_id, checkpoint_ns):
                 saw_any = True
                 try:
-                    parts = self._read_parts(thread_id, checkpoint_ns, checkpoint_id, holders)
+                    parts = self._read_parts(
+                        thread_id, checkpoint_ns, checkpoint_id, holders, keep=stamp is not None
+                    )
                     found = (
                         None
                         if parts is None
@@ -218,13 +220,22 @@ class Engine:
             return None
 
     def _read_parts(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, holders: dict[str, Any]
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        holders: dict[str, Any],
+        *,
+        keep: bool,
     ) -> CheckpointParts | None:
-        """A checkpoint's verified parts (record, values, pending writes); ``None`` if absent."""
+        """A checkpoint's verified parts (record, values, pending writes); ``None`` if absent.
+        ``keep``: with the records they were read from, to be kept and used again."""
         found = self.reader.read_with_values(thread_id, checkpoint_ns, checkpoint_id, holders)
         if found is None:
             return None
         record, entries = found
+        if not keep:
+            return CheckpointParts(record, entries, None, None)
         sources: list[tuple[str, bytes]] = []
         writes = self.reader.pending_write_parts(thread_id, checkpoint_ns, checkpoint_id, sources)
         # the records read directly (the checkpoint's own, those holding its values), as
@@ -416,11 +427,10 @@ class Engine:
             return None
         record, entries = found
         return self.assemble(
-            CheckpointParts(record, entries, [], None),
+            CheckpointParts(record, entries, None, None),
             metadata_filter=metadata_filter,
             remember_lists=remember_lists,
             values=values,
-            writes_read=False,
         )
 
     def assemble(
@@ -430,11 +440,10 @@ class Engine:
         metadata_filter: dict[str, Any] | None = None,
         remember_lists: bool = False,
         values: bool = True,
-        writes_read: bool = True,
     ) -> CheckpointTuple | None:
         """The ``CheckpointTuple`` of verified parts, every value deserialized anew (or
-        copied from a kept decode); ``None`` if its metadata does not match. The pending
-        writes are read here unless ``writes_read`` (they are ``parts.writes`` then)."""
+        copied from a kept decode); ``None`` if its metadata does not match. Pending
+        writes not read yet (``parts.writes`` is ``None``) are read here, if ``values``."""
         record, entries = parts.record, parts.entries
         thread_id, checkpoint_ns = record.thread_id, record.checkpoint_ns
         metadata = self.serde.loads_typed(record.metadata)
@@ -461,12 +470,12 @@ class Engine:
         }
         if not values:
             pending_writes = []
-        elif writes_read:
-            pending_writes = [(t, c, self.serde.loads_typed(typed)) for t, c, typed in parts.writes]
-        else:
+        elif parts.writes is None:
             pending_writes = self.reader.pending_writes(
                 self.serde, thread_id, checkpoint_ns, record.checkpoint_id
             )
+        else:
+            pending_writes = [(t, c, self.serde.loads_typed(typed)) for t, c, typed in parts.writes]
         return CheckpointTuple(
             config=config(thread_id, checkpoint_ns, record.checkpoint_id),
             checkpoint=checkpoint,

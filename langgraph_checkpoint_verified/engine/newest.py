@@ -32,11 +32,12 @@ the records' own, which the record cache holds anyway while they are in use."""
 @dataclass(frozen=True)
 class CheckpointParts:
     """A checkpoint as read and verified: its record, every channel's serialized value
-    parts, and its pending writes with their values still serialized."""
+    parts, and its pending writes with their values still serialized (``None``: not
+    read yet)."""
 
     record: CheckpointRecord
     entries: dict[str, ValueParts]
-    writes: list[tuple[str, str, Typed]]
+    writes: list[tuple[str, str, Typed]] | None
     sources: tuple[tuple[str, bytes], ...] | None
     """``(key, bytes)`` of each record read for it, read again at each use (``None``:
     not known, so never used again)."""

@@ -236,8 +236,9 @@ class HintedDirectory(KeyDirectory):
         return found
 
     def _look_up(self, key: str) -> tuple[bool, Any]:
-        """(found, where) for ``key`` from its block's columns, when that block is unread:
-        a lookup needs no more than that block decoded (``(False, None)`` otherwise)."""
+        """``(True, where)`` when ``key``'s block is unread: its columns answer (``where``
+        is ``key``'s position, ``None`` if it has none), and a lookup needs no more than
+        that block decoded. ``(False, None)``: ask the directory itself."""
         if self._index is None:
             return False, None
         number = self._block_of(key)

@@ -252,8 +252,10 @@ class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncCont
     # -- opening and closing ---------------------------------------------------
 
     def close(self) -> None:
-        """Release the cache. Idempotent; later calls raise ``VerifiedSaverError``."""
+        """Release the cache and the files it keeps open. Idempotent; later calls raise
+        ``VerifiedSaverError``."""
         self._closed = True
+        self.storage.close_idle()
 
     def __enter__(self) -> VerifiedCache[ValueT]:
         return self

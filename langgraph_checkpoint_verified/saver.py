@@ -297,7 +297,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             return self._allowlisted.setdefault(key, made)
 
     def close(self) -> None:
-        """Release the saver. Idempotent; later calls raise ``VerifiedSaverError``."""
+        """Release the saver and the files it keeps open. Idempotent; later calls raise
+        ``VerifiedSaverError``."""
         if not self._closed and self.sweeper is not None:
             sweeper.release(self._sweeper_key, self.sweeper)
         self._closed = True
@@ -305,6 +306,8 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             clones = builtins.list(self._allowlisted.values())
         for clone in clones:
             clone.close()
+        # a storage shared with another saver (or a running sweeper) opens them again
+        self.engine.storage.close_idle()
 
     def __enter__(self) -> VerifiedSaver:
         return self

@@ -207,3 +207,42 @@ def test_a_store_no_longer_used_closes_the_files_it_kept_open(tmp_path):
         del saver, graph
     gc.collect()
     assert len(open_descriptors()) <= before + 2
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_close_lets_go_of_the_files_kept_open_at_once(tmp_path):
+    """``close`` of a saver or a memory store closes the logs it kept open
+    (descriptors and ``flock``) then, not when the object is collected. A saver sharing
+    the storage goes on using it: its logs are opened again."""
+    from langgraph_checkpoint_verified import VerifiedStore
+    from langgraph_checkpoint_verified.storage.log.file_storage import FileStorage
+
+    def open_under(root: Path) -> list[str]:
+        found = []
+        for fd in open_descriptors():
+            try:
+                path = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if path.startswith(str(root)):
+                found.append(path)
+        return found
+
+    storage = FileStorage(tmp_path / "shared")
+    saver, other = VerifiedSaver(storage=storage), VerifiedSaver(storage=storage)
+    graph = build_graph(saver)
+    config = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": [("user", "hi")]}, config)
+    assert any(path.endswith("/log") for path in open_under(tmp_path / "shared"))
+    saver.close()
+    assert open_under(tmp_path / "shared") == []
+    result = build_graph(other).invoke({"messages": [("user", "again")]}, config)
+    assert result["turns"] == 2
+    other.close()
+    assert open_under(tmp_path / "shared") == []
+
+    store = VerifiedStore(tmp_path / "memories")
+    store.put(("user", "1"), "profile", {"name": "Ada"})
+    assert open_under(tmp_path / "memories")
+    store.close()
+    assert open_under(tmp_path / "memories") == []

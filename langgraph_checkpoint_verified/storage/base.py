@@ -132,6 +132,11 @@ class Storage(Protocol):
         """Bytes of the records at ``prefix`` or under it (what deleting them frees)."""
         ...
 
+    def close_idle(self) -> None:
+        """Close what the store keeps open between calls (a log's descriptors) that no call
+        is using now; the store stays usable and opens it again when needed."""
+        ...
+
 
 class OneRecordPerWrite:
     """For stores where every record is written on its own: a batch is its writes in
@@ -189,3 +194,6 @@ class OneRecordPerWrite:
     def consistent_reads(self, prefix: str) -> AbstractContextManager[None]:
         """Every read is one request or lookup of its own here: nothing to share."""
         return nullcontext()
+
+    def close_idle(self) -> None:
+        """Nothing is kept open between calls."""

@@ -511,9 +511,11 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
     # -- opening and closing ---------------------------------------------------
 
     def close(self) -> None:
-        """Stop the sweeper and release the store. Idempotent; later calls raise."""
+        """Stop the sweeper and release the store and the files it keeps open. Idempotent;
+        later calls raise."""
         self.stop_ttl_sweeper()
         self._closed = True
+        self.storage.close_idle()
 
     def __enter__(self) -> VerifiedStore:
         return self

@@ -194,6 +194,12 @@ class FileStorage:
             self._logs.move_to_end(thread_key)
             return log
 
+    def close_idle(self) -> None:
+        """Close every log no call is using (``VerifiedSaver.close``): its descriptors and
+        ``flock`` go now, not when the store is collected; a later call opens it again."""
+        with self._lock:
+            self._close_idle_beyond(0)
+
     def _close_idle_beyond(self, limit: int) -> None:
         """Close least recently used logs no thread appends to or holds locked, until at
         most ``limit`` are open (caller holds ``self._lock``)."""

@@ -16,6 +16,7 @@ from chat import (
     VERIFIED_FILES_ASYNC,
     VERIFIED_MEMORY,
 )
+from fuse import FUSE_SQLITE, FUSE_VERIFIED
 from s3 import BASELINE_S3, METHODS, VERIFIED_S3
 from store_bench import MEMORY_STORE, SQLITE_CACHE, SQLITE_STORE, VERIFIED_CACHE, VERIFIED_STORE
 
@@ -867,6 +868,33 @@ def damage_tables(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def fuse_tables(results: dict[str, Any]) -> list[str]:
+    fuse = results["fuse"]
+    lines = [
+        "## 12. A FUSE file system",
+        "",
+        '`graph.invoke(..., durability="sync")` with both stores on a `bindfs` mount (a FUSE '
+        "pass-through: every file-system call goes to the bindfs process and back, as on "
+        "NFS, EFS or gcsfuse), against `SqliteSaver` on the same mount; median of "
+        "interleaved rounds, ratio the median of the per-round ratios. This section alone: "
+        "`python benchmarks/run.py --only fuse --out DIR`.",
+        "",
+    ]
+    if "not_measured" in fuse:
+        return [*lines, f"Not measured: {fuse['not_measured']}.", ""]
+    lines.append(HEADER)
+    for figure, entry in fuse["figures"].items():
+        lines.append(
+            row(
+                f"{figure}, per invoke ({entry['rounds']} rounds)",
+                ms(entry["median_ms"][FUSE_VERIFIED]),
+                f"{ms(entry['median_ms'][FUSE_SQLITE])} (SqliteSaver)",
+                x(entry["ratio"]),
+            )
+        )
+    return [*lines, ""]
+
+
 _PARTS = (
     (headline, None, None, ""),
     (chat_tables, "chat", "chat", "## 1. Per-step overhead in a chat graph"),
@@ -885,6 +913,7 @@ _PARTS = (
     (retention_tables, "retention", "retention", "## 9. Retention: a sweep of many threads"),
     (store_tables, "store", "store", "## 10. The memory store and the node cache"),
     (damage_tables, "damage", "damage", "## 11. Damage trials"),
+    (fuse_tables, "fuse", "fuse", "## 12. A FUSE file system"),
 )
 """(renderer, the results key it needs, the section that makes it, its title when missing)."""
 

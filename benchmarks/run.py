@@ -42,6 +42,7 @@ import measure  # noqa: E402, F401  (first: wraps os.fsync before the package is
 from chat import chat_section  # noqa: E402
 from cli_bench import cli_section  # noqa: E402
 from damage_trials import damage_section  # noqa: E402
+from fuse import fuse_section  # noqa: E402
 from ops import calls_section, history_section  # noqa: E402
 from report import markdown, plot  # noqa: E402
 from retention import retention_section  # noqa: E402
@@ -79,6 +80,8 @@ class Settings:
     damage_steps: int  # damage trials: graph.invoke steps of the chat damaged
     damage_bit_trials: int  # damage trials: one bit flipped, trials per saver
     damage_block_trials: int  # damage trials: one 4 KB block zeroed, trials per saver
+    fuse_rounds: int  # FUSE: invoke rounds of the two-node graph (one thread, new threads)
+    fuse_chat_turns: int  # FUSE: chat turns on one thread
 
 
 FULL = Settings(
@@ -109,6 +112,8 @@ FULL = Settings(
     damage_steps=200,
     damage_bit_trials=40,
     damage_block_trials=20,
+    fuse_rounds=100,
+    fuse_chat_turns=50,
 )
 QUICK = Settings(
     chat_lengths=(10, 20, 40),
@@ -137,6 +142,8 @@ QUICK = Settings(
     damage_steps=50,
     damage_bit_trials=4,
     damage_block_trials=2,
+    fuse_rounds=6,
+    fuse_chat_turns=6,
 )
 
 
@@ -188,10 +195,11 @@ def sections(settings: Settings, workdir: Path) -> list[tuple[str, Callable[[], 
         ("retention", lambda: retention_section(settings, workdir / "retention")),
         ("store", lambda: store_section(settings, workdir / "store")),
         ("damage", lambda: damage_section(settings, workdir / "damage")),
+        ("fuse", lambda: fuse_section(settings, workdir / "fuse")),
     ]
 
 
-SECTIONS = ("chat", "history", "calls", "cli", "s3", "retention", "store", "damage")
+SECTIONS = ("chat", "history", "calls", "cli", "s3", "retention", "store", "damage", "fuse")
 
 
 def main(argv: list[str] | None = None) -> int:

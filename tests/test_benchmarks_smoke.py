@@ -27,8 +27,13 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
     results = json.loads((tmp_path / "results" / "latest.json").read_text())
-    for section in ("chat", "disk", "history", "calls", "cli", "recovery", "s3", "damage"):
+    for section in ("chat", "disk", "history", "calls", "cli", "recovery", "s3", "damage", "fuse"):
         assert section in results, section
+    # measured where bindfs can mount (make bench says why not elsewhere)
+    fuse = results["fuse"]
+    if "not_measured" not in fuse:
+        assert len(fuse["figures"]) == 3
+        assert all(entry["ratio"] > 0 for entry in fuse["figures"].values())
     chat = results["chat"]
     assert set(chat["at_length"]) == {str(n) for n in results["settings"]["chat_lengths"]}
     assert chat["fsyncs"]["VerifiedSaver(path)"]["per_step_mean"] > 0

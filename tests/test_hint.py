@@ -341,6 +341,11 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
                     elif k in one_by_one:
                         del one_by_one[k]
                 assert at_once.apply(changes) == held
+            elif action == 6:
+                count = rng.choice([1, 3, 40, 300])
+                assert lazy.greatest_names_under(prefix, count) == (
+                    whole.greatest_names_under(prefix, count)
+                )
             else:
                 assert lazy.greatest_name_under(prefix) == whole.greatest_name_under(prefix)
             unread_answers += lazy._index is not None
@@ -378,6 +383,26 @@ def test_a_lookup_decodes_its_block_once_and_takes_no_key_into_the_directory(tmp
     lazy[keys[1000]] = (1, 1)  # a change takes the block in, with no second decode
     assert len(decoded) == 1 and dict.__len__(lazy) == 256
     assert lazy.get(keys[1000]) == (1, 1) and lazy.get(keys[1001]) == (10_010, 10)
+
+
+def test_the_greatest_names_of_a_long_directory_read_its_last_blocks_alone(tmp_path):
+    """A fallback past damaged newest checkpoints asks for the next newest few: the blocks
+    holding them are read, not the thread's every block."""
+    prefix = "threads/t/ns/~/checkpoints"
+    keys = [f"{prefix}/1f0{n:05d}.ckpt" for n in range(2000)]
+    keys += [f"threads/t/ns/~/writes/1f0{n:05d}/task.n.wr" for n in range(0, 2000, 50)]
+    hint = tmp_path / HINT_NAME
+    hint.write_bytes(encode_hint(TAIL, 10**9, [(k, n * 10, 10) for n, k in enumerate(keys)]))
+    stat = hint.stat()
+    lazy = HintedDirectory(str(hint), (stat.st_ino, stat.st_size), lazy_index(hint), None)
+    blocks = len(lazy._unread)
+    names = [key.rpartition("/")[2] for key in keys[:2000]]
+    assert lazy.greatest_names_under(prefix, 16) == names[::-1][:16]
+    assert blocks - len(lazy._unread) == 1  # the last block of the prefix holds all 16
+    assert lazy.greatest_names_under(prefix, 300) == names[::-1][:300]
+    assert blocks - len(lazy._unread) == 2
+    assert lazy.greatest_names_under(prefix, 5000) == names[::-1]  # every name, no more
+    assert lazy.greatest_names_under("threads/t/ns/none", 3) == []
 
 
 def lazy_index(hint):

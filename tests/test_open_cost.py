@@ -329,3 +329,79 @@ def test_opening_a_thread_from_its_hint_reads_little_more_of_it_for_a_longer_thr
     assert large_size > 5 * small_size
     assert large_read < large_size / 10
     assert large_read - small_read < (large_size - small_size) / 20
+
+
+def test_a_fallback_past_damaged_newest_checkpoints_lists_no_more_ids_than_it_reads(
+    tmp_path, monkeypatch
+):
+    """The newest 30 checkpoints of a 600-checkpoint thread damaged beyond what parity
+    rebuilds: ``get_tuple`` asks for the next newest names a few at a time (16, then 64)
+    instead of listing and sorting every id, consults the parity once per damaged record
+    (quarantine moves the bytes as they are, as a rename would) and returns the newest
+    checkpoint that verifies."""
+    from langgraph_checkpoint_verified.storage.log import redundancy
+    from langgraph_checkpoint_verified.storage.log.file_storage import FileStorage
+
+    root = tmp_path / "store"
+    build_store(root, 600, 0)
+    log = log_of(root, "long")
+    lose_parity(log)
+    saver = VerifiedSaver(root)
+    ids = saver.engine.checkpoint_ids("long", "")
+    assert saver.get_tuple(LONG).checkpoint["id"] == ids[0]
+    # damaged in place after the saver read the thread: it knows where each record lies
+    with log.open("r+b") as out:
+        for entry in scan(log.read_bytes())[0]:
+            if entry.key.endswith(".ckpt") and entry.key.rpartition("/")[2][:-5] in ids[:30]:
+                out.seek(entry.data_offset + entry.data_size // 2)
+                byte = out.read(1)
+                out.seek(-1, os.SEEK_CUR)
+                out.write(bytes([byte[0] ^ 0xFF]))
+
+    asked: list[int] = []
+    heals: list[object] = []
+    real_greatest_names, real_heal = FileStorage.greatest_names, redundancy.ParityFile.heal
+    monkeypatch.setattr(
+        FileStorage,
+        "greatest_names",
+        lambda self, prefix, count: asked.append(count) or real_greatest_names(self, prefix, count),
+    )
+    real_list = FileStorage.list
+
+    def list_all_but_checkpoints(self, prefix):
+        assert not prefix.endswith("/checkpoints"), f"{prefix} listed in full"
+        return real_list(self, prefix)
+
+    monkeypatch.setattr(FileStorage, "list", list_all_but_checkpoints)
+    monkeypatch.setattr(
+        redundancy.ParityFile,
+        "heal",
+        lambda self, fd, spans: heals.append(spans) or real_heal(self, fd, spans),
+    )
+    found = saver.get_tuple(LONG)
+    assert found is not None and found.checkpoint["id"] == ids[30]
+    assert asked == [16, 64]
+    assert len(heals) == 30
+    assert saver.stats.quarantined_records == 30
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [f"1f0{n:04d}" for n in range(100)],  # one length: the names a few at a time
+        ["a", "a-x", "b", "c", "c1", "c-1"],  # "a-x" sorts before "a" as a name, not as an id
+    ],
+)
+def test_checkpoint_ids_come_newest_first_whatever_their_lengths(tmp_path, ids):
+    saver = VerifiedSaver(tmp_path / "store")
+    for checkpoint_id in ids:
+        saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            generate_checkpoint(checkpoint_id=checkpoint_id),
+            generate_metadata(),
+            {},
+        )
+    found = list(VerifiedSaver(tmp_path / "store").engine.reader.newest_first("t", ""))
+    assert sorted(found) == sorted(ids) and len(set(found)) == len(found)
+    assert found[1:] == sorted(found[1:], reverse=True)
+    assert found[0] == max(ids, key=lambda i: f"{i}.ckpt")  # the greatest name: no listing

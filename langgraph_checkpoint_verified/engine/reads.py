@@ -59,6 +59,8 @@ class Unusable(Exception):
 
 _MAINTENANCE_RETRIES = 8
 """Reads again of a checkpoint that prune or delete_for_runs rewrote under the reader."""
+_FALLBACK_BATCH = 16
+"""Checkpoint names asked for at once past the newest (then four times as many, and so on)."""
 
 
 class RecordReader:
@@ -337,9 +339,10 @@ class RecordReader:
         return record
 
     def newest_first(self, thread_id: str, checkpoint_ns: str) -> Iterator[str]:
-        """Checkpoint ids of one namespace, newest first, listing them all only if asked
-        for more than the newest (a fallback)."""
-        greatest = self.storage.greatest_name(keys.checkpoints_prefix(thread_id, checkpoint_ns))
+        """Checkpoint ids of one namespace, newest first, listing no more of them than
+        asked for (past the newest, a fallback) where the store can."""
+        prefix = keys.checkpoints_prefix(thread_id, checkpoint_ns)
+        greatest = self.storage.greatest_name(prefix)
         # An id LangGraph makes is its own name, and a name with no escape in it is
         # greater than every name of a smaller id: that name is the newest checkpoint.
         newest = keys.checkpoint_id_of(greatest) if greatest and "~" not in greatest else None
@@ -347,7 +350,23 @@ class RecordReader:
             yield from _newest_first_of(self._unsorted_checkpoint_ids(thread_id, checkpoint_ns))
             return
         yield newest
-        yield from (i for i in self.checkpoint_ids(thread_id, checkpoint_ns) if i != newest)
+        # a fallback: the next newest, a few names at a time (most damage is at the end:
+        # a torn tail, the last writes before a crash), every id once names fail to say
+        yielded = {newest}
+        count = _FALLBACK_BATCH
+        while True:
+            names = self.storage.greatest_names(prefix, count)
+            ids, others = keys.split_checkpoint_names(names)
+            if others or any(len(i) != len(newest) for i in ids):
+                break  # ids of plain names of one length sort as their names do, only
+            for checkpoint_id in ids:
+                if checkpoint_id not in yielded:
+                    yielded.add(checkpoint_id)
+                    yield checkpoint_id
+            if len(names) < count:
+                return
+            count *= 4
+        yield from (i for i in self.checkpoint_ids(thread_id, checkpoint_ns) if i not in yielded)
 
     def checkpoint_ids(self, thread_id: str, checkpoint_ns: str) -> list[str]:
         """Checkpoint ids of one namespace, newest first, from names alone (no file is read)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import heapq
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol, runtime_checkable
@@ -118,6 +119,12 @@ class Storage(Protocol):
         """``max(self.list(prefix))``, or ``None``: the newest checkpoint without listing all."""
         ...
 
+    def greatest_names(self, prefix: str, count: int) -> builtins.list[str]:
+        """The ``count`` greatest names of ``self.list(prefix)``, greatest first (all of
+        them if there are fewer): the newest checkpoints, without listing the others where
+        the store can."""
+        ...
+
     def compact(self, prefix: str, *, changes: Mapping[str, bytes | None] | None = None) -> None:
         """Reclaim the space of records deleted or replaced under a thread ``prefix``.
 
@@ -197,3 +204,10 @@ class OneRecordPerWrite:
 
     def close_idle(self) -> None:
         """Nothing is kept open between calls."""
+
+    def list(self, prefix: str) -> builtins.list[str]:
+        raise NotImplementedError
+
+    def greatest_names(self, prefix: str, count: int) -> builtins.list[str]:
+        """From the whole listing: a record each is listed no faster a few at a time."""
+        return heapq.nlargest(count, self.list(prefix))

@@ -746,8 +746,9 @@ class FileStorage:
                     return False
             return True
 
-    def _read_known(self, log: ThreadLog, key: str) -> bytes | None:
-        """``key``'s data as the key directory places it (caller holds ``log.lock``)."""
+    def _read_known(self, log: ThreadLog, key: str, *, heal: bool = True) -> bytes | None:
+        """``key``'s data as the key directory places it (caller holds ``log.lock``);
+        rebuilt from parity if it fails its checksum, unless not to ``heal``."""
         where = log.index.get(key)
         if where is None:
             return None
@@ -757,6 +758,8 @@ class FileStorage:
             return self.files.read(os.path.relpath(where, self.files.location("")))
         offset, size = where
         assert log.fd is not None
+        if not heal:
+            return os.pread(log.fd, size, offset)
         return self._read_entry(log, key, offset, size)
 
     def _read_entry(self, log: ThreadLog, key: str, offset: int, size: int) -> bytes:
@@ -842,6 +845,15 @@ class FileStorage:
             self._refresh(log)
             return log.index.greatest_name_under(prefix)
 
+    def greatest_names(self, prefix: str, count: int) -> builtins.list[str]:
+        thread_key = self._thread_dir_key(prefix)
+        if thread_key is None:
+            return self.files.greatest_names(prefix, count)
+        log = self._log(thread_key)
+        with log.lock:
+            self._refresh(log)
+            return log.index.greatest_names_under(prefix, count)
+
     def walk(self, prefix: str) -> Iterator[str]:
         if prefix in LOG_PARENTS:
             for name in sorted(self.files.list(prefix)):
@@ -925,7 +937,10 @@ class FileStorage:
         if source_thread is not None and target_thread is None:
             log = self._log(source_thread)
             with log.writing, log.lock:
-                data = self.read(key)
+                self._refresh(log)
+                # the bytes as stored, as a rename moves them: what the caller judged
+                # damaged was read (and not healed) a moment ago, and need not be again
+                data = self._read_known(log, key, heal=False)
                 if data is None:
                     return False
                 where = log.index.get(key)

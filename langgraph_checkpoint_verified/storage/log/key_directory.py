@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import heapq
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -166,6 +167,10 @@ class KeyDirectory(dict[str, Any]):
                 return None
             greatest = self.greatest[prefix] = max(names)
         return greatest
+
+    def greatest_names_under(self, prefix: str, count: int) -> builtins.list[str]:
+        """``heapq.nlargest(count, names_under(prefix))`` for a prefix that holds records."""
+        return heapq.nlargest(count, self.leaves.get(prefix, ()))
 
 
 class HintedDirectory(KeyDirectory):
@@ -444,3 +449,27 @@ class HintedDirectory(KeyDirectory):
             if greatest is not None and f"{prefix}/{greatest}" >= self._index.first_keys[last]:
                 break
         return super().greatest_name_under(prefix)
+
+    def greatest_names_under(self, prefix: str, count: int) -> builtins.list[str]:
+        # the last blocks first, as for the greatest name: once ``count`` names known are at
+        # or past the start of the blocks read, no block before them holds one of the greatest
+        while self._index is not None:
+            pending = [
+                n for n in self._blocks_between(f"{prefix}/", f"{prefix}0") if n in self._unread
+            ]
+            if not pending:
+                break
+            last = pending[-1]
+            self._read_blocks((last,))
+            if self._index is None:
+                break
+            start = self._index.first_keys[last]
+            cut = len(prefix) + 1
+            known = self.leaves.get(prefix, ())
+            if start[:cut] == f"{prefix}/":
+                past = sum(1 for name in known if name >= start[cut:])
+            else:
+                past = len(known)  # the block starts before the prefix: it holds all of it
+            if past >= count:
+                break
+        return super().greatest_names_under(prefix, count)

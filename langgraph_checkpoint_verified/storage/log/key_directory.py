@@ -433,43 +433,36 @@ class HintedDirectory(KeyDirectory):
         return super().keys_under(prefix)
 
     def greatest_name_under(self, prefix: str) -> str | None:
-        # the last blocks first: once the greatest name known is at or past the start of
-        # the blocks read, no block before them can hold a greater one
-        while self._index is not None:
-            pending = [
-                n for n in self._blocks_between(f"{prefix}/", f"{prefix}0") if n in self._unread
-            ]
-            if not pending:
-                break
-            last = pending[-1]
-            self._read_blocks((last,))
-            if self._index is None:
-                break
-            greatest = super().greatest_name_under(prefix)
-            if greatest is not None and f"{prefix}/{greatest}" >= self._index.first_keys[last]:
-                break
+        def enough(start: str) -> bool:
+            greatest = KeyDirectory.greatest_name_under(self, prefix)
+            return greatest is not None and f"{prefix}/{greatest}" >= start
+
+        self._read_last_blocks(prefix, enough)
         return super().greatest_name_under(prefix)
 
     def greatest_names_under(self, prefix: str, count: int) -> builtins.list[str]:
-        # the last blocks first, as for the greatest name: once ``count`` names known are at
-        # or past the start of the blocks read, no block before them holds one of the greatest
+        cut = len(prefix) + 1
+
+        def enough(start: str) -> bool:
+            known = self.leaves.get(prefix, ())
+            if start[:cut] != f"{prefix}/":
+                return True  # the blocks read start before the prefix: they hold all of it
+            return sum(1 for name in known if name >= start[cut:]) >= count
+
+        self._read_last_blocks(prefix, enough)
+        return super().greatest_names_under(prefix, count)
+
+    def _read_last_blocks(self, prefix: str, enough: Callable[[str], bool]) -> None:
+        """Read the unread blocks of ``prefix`` from the last one back, until ``enough`` of
+        the key the blocks read start at: every key from there on is known, and no block
+        before them holds a greater one."""
         while self._index is not None:
             pending = [
                 n for n in self._blocks_between(f"{prefix}/", f"{prefix}0") if n in self._unread
             ]
             if not pending:
-                break
+                return
             last = pending[-1]
             self._read_blocks((last,))
-            if self._index is None:
-                break
-            start = self._index.first_keys[last]
-            cut = len(prefix) + 1
-            known = self.leaves.get(prefix, ())
-            if start[:cut] == f"{prefix}/":
-                past = sum(1 for name in known if name >= start[cut:])
-            else:
-                past = len(known)  # the block starts before the prefix: it holds all of it
-            if past >= count:
-                break
-        return super().greatest_names_under(prefix, count)
+            if self._index is None or enough(self._index.first_keys[last]):
+                return

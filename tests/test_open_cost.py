@@ -405,3 +405,28 @@ def test_checkpoint_ids_come_newest_first_whatever_their_lengths(tmp_path, ids):
     assert sorted(found) == sorted(ids) and len(set(found)) == len(found)
     assert found[1:] == sorted(found[1:], reverse=True)
     assert found[0] == max(ids, key=lambda i: f"{i}.ckpt")  # the greatest name: no listing
+
+
+def test_a_fallback_on_a_store_that_lists_in_full_lists_once(monkeypatch):
+    """Memory, record files and S3 answer ``greatest_names`` from a whole listing (on S3,
+    LIST requests): they give every name at once, and a fallback past many damaged
+    checkpoints does not list again for each larger batch."""
+    from langgraph_checkpoint_verified.storage.memory import MemoryStorage
+
+    storage = MemoryStorage()
+    saver = VerifiedSaver(storage=storage)
+    ids = [f"1f0{n:04d}" for n in range(300)]
+    for checkpoint_id in ids:
+        saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            generate_checkpoint(checkpoint_id=checkpoint_id),
+            generate_metadata(),
+            {},
+        )
+    listed: list[str] = []
+    real_list = MemoryStorage.list
+    monkeypatch.setattr(
+        MemoryStorage, "list", lambda self, prefix: listed.append(prefix) or real_list(self, prefix)
+    )
+    assert list(saver.engine.reader.newest_first("t", "")) == sorted(ids, reverse=True)
+    assert len([p for p in listed if p.endswith("/checkpoints")]) == 1

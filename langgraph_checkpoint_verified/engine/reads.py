@@ -363,8 +363,8 @@ class RecordReader:
                 if checkpoint_id not in yielded:
                     yielded.add(checkpoint_id)
                     yield checkpoint_id
-            if len(names) < count:
-                return
+            if len(names) != count:
+                return  # every name: fewer than asked for, or a store that lists them all
             count *= 4
         yield from (i for i in self.checkpoint_ids(thread_id, checkpoint_ns) if i not in yielded)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import errno
-import heapq
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol, runtime_checkable
@@ -120,9 +119,10 @@ class Storage(Protocol):
         ...
 
     def greatest_names(self, prefix: str, count: int) -> builtins.list[str]:
-        """The ``count`` greatest names of ``self.list(prefix)``, greatest first (all of
-        them if there are fewer): the newest checkpoints, without listing the others where
-        the store can."""
+        """The greatest names of ``self.list(prefix)``, greatest first: the ``count``
+        greatest (all of them if there are fewer), or every name where the store lists
+        them all to answer (so that a caller wanting more need not list again): the newest
+        checkpoints, without listing the others where the store can."""
         ...
 
     def compact(self, prefix: str, *, changes: Mapping[str, bytes | None] | None = None) -> None:
@@ -209,5 +209,6 @@ class OneRecordPerWrite:
         raise NotImplementedError
 
     def greatest_names(self, prefix: str, count: int) -> builtins.list[str]:
-        """From the whole listing: a record each is listed no faster a few at a time."""
-        return heapq.nlargest(count, self.list(prefix))
+        """Every name, from the whole listing: a record each is listed no faster a few at
+        a time, and a caller wanting more than ``count`` has them without a second listing."""
+        return sorted(self.list(prefix), reverse=True)

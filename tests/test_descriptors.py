@@ -246,3 +246,47 @@ def test_close_lets_go_of_the_files_kept_open_at_once(tmp_path):
     assert open_under(tmp_path / "memories")
     store.close()
     assert open_under(tmp_path / "memories") == []
+
+
+def test_a_durable_call_on_a_warm_thread_reads_two_headers(tmp_path, monkeypatch):
+    """What a ``put`` or ``put_writes`` reads, once the thread is warm: under the log's
+    ``flock``, the entry header where this process knows the log to end (zeros: nobody
+    appended) and the header of the parity record of that stripe (it covers nothing
+    there: no synced entry was lost in the room). Nothing else, not even the look again
+    when the put reads its parent's stamp: nobody can append while the lock is held."""
+    from langgraph_checkpoint_verified.storage.log.entries import HEADER_SIZE as ENTRY_HEADER
+    from langgraph_checkpoint_verified.storage.log.parity import HEADER_SIZE as PARITY_HEADER
+
+    graph, config = warm_thread(tmp_path / "store")
+    saver = graph.checkpointer
+    reads: list[tuple[int, int]] = []  # (thread, bytes asked)
+    measuring: dict[int, list[int]] = {}
+    real_pread = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        me = threading.get_ident()
+        if me in measuring:
+            measuring[me].append(size)
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    per_call: list[tuple[str, list[int]]] = []
+    for name in ("put", "put_writes"):
+        real = getattr(saver, name)
+
+        def measured(*a, _real=real, _name=name, **k):
+            me = threading.get_ident()
+            measuring[me] = []
+            try:
+                return _real(*a, **k)
+            finally:
+                per_call.append((_name, sorted(measuring.pop(me))))
+
+        monkeypatch.setattr(saver, name, measured)
+    for turn in range(TURNS):
+        graph.invoke({"messages": [("user", f"turn {turn}")]}, config)
+    assert {name for name, _ in per_call} == {"put", "put_writes"}
+    assert len(per_call) >= 3 * TURNS
+    for name, sizes in per_call:
+        assert sizes == sorted([ENTRY_HEADER, PARITY_HEADER]), (name, sizes)
+    assert graph.get_state(config).values["turns"] == 3 + TURNS

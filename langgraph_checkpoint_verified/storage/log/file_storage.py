@@ -234,10 +234,12 @@ class FileStorage:
         ``appending``, the log's ``flock`` too). Returns the ``stat`` of the log's path
         made to do so, ``None`` if none was needed.
 
-        No file-system call when this process knows the log up to where zeros follow
-        (room nobody appended to): the file is then still at its path, since whoever
-        moves it appends ``RETIRED_NAME`` first. Else one ``stat`` of the path says
-        whether it names another file now (read afresh) or how long the file is.
+        One read when this process knows the log up to where zeros follow (room
+        nobody appended to): the file is then still at its path, since whoever moves
+        it appends ``RETIRED_NAME`` first. None at all while this process holds the
+        log's ``flock`` for a ``lock`` block: nobody else can append or move it then.
+        Else one ``stat`` of the path says whether it names another file now (read
+        afresh) or how long the file is.
         """
         views: dict[str, ThreadLog | None] = self._views.__dict__.get("logs", {})
         if log.thread_key in views:
@@ -249,7 +251,7 @@ class FileStorage:
             and log.built
             and log.room
             and not log.retiring
-            and self._nothing_appended(log)
+            and ((log.held and log.held_append) or self._nothing_appended(log))
         ):
             return None
         try:

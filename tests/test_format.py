@@ -428,3 +428,35 @@ def test_writes_record_with_a_non_integer_index_is_damage(index):
     data = codec.encode(RecordKind.WRITES, identity, pack(body))
     with pytest.raises(RecordDamagedError, match="unexpected shape"):
         decode_writes(codec, data, {})
+
+
+def test_codecs_share_their_zstd_contexts(monkeypatch):
+    """A context costs more to make than a small record costs to compress or read: a
+    codec made later (a saver opened per request) uses those earlier codecs made."""
+    made = {"compressors": 0, "decompressors": 0}
+    real_compressor, real_decompressor = zstandard.ZstdCompressor, zstandard.ZstdDecompressor
+
+    def compressor(*args, **kwargs):
+        made["compressors"] += 1
+        return real_compressor(*args, **kwargs)
+
+    def decompressor(*args, **kwargs):
+        made["decompressors"] += 1
+        return real_decompressor(*args, **kwargs)
+
+    monkeypatch.setattr(zstandard, "ZstdCompressor", compressor)
+    monkeypatch.setattr(zstandard, "ZstdDecompressor", decompressor)
+    content = b"a step's state " * 200
+    identity = {"thread_id": "t"}
+    level = 7  # a level no other test encodes with: its pool starts empty here
+    first = Codec(compression_level=level)
+    data = first.encode(RecordKind.CHECKPOINT, identity, content)
+    assert first.decode(data, RecordKind.CHECKPOINT, identity) == content
+    assert made["compressors"] == 1
+    made_by_first = dict(made)
+    for _ in range(3):
+        later = Codec(compression_level=level)
+        again = later.encode(RecordKind.CHECKPOINT, identity, content)
+        assert later.decode(again, RecordKind.CHECKPOINT, identity) == content
+        assert later.decode(data, RecordKind.CHECKPOINT, identity) == content
+    assert made == made_by_first

@@ -82,13 +82,21 @@ def install(store: str | os.PathLike[str], code: int, patch: Any = setattr) -> N
 
         return call
 
+    def mkdir(path: Any, *args: Any, **kwargs: Any) -> Any:
+        # as the kernel does on a read-only mount, or in a directory this user cannot
+        # write: a name that exists is EEXIST, whatever else would refuse the call
+        if under(path) and not os.path.lexists(path):
+            refuse(path)
+        return real_mkdir(path, *args, **kwargs)
+
     patch(os, "open", open_)
     patch(os, "close", close)
     patch(os, "access", access)
     for name in ("write", "pwrite", "ftruncate", "fdatasync"):
         patch(os, name, refusing_fd(getattr(os, name)))
+    real_mkdir = os.mkdir
+    patch(os, "mkdir", mkdir)
     for name, paths in [
-        ("mkdir", 1),
         ("makedirs", 1),
         ("rmdir", 1),
         ("unlink", 1),

@@ -251,15 +251,14 @@ def test_close_lets_go_of_the_files_kept_open_at_once(tmp_path):
 def test_a_durable_call_on_a_warm_thread_reads_two_headers(tmp_path, monkeypatch):
     """What a ``put`` or ``put_writes`` reads, once the thread is warm: under the log's
     ``flock``, the entry header where this process knows the log to end (zeros: nobody
-    appended) and the header of the parity record of that stripe (it covers nothing
-    there: no synced entry was lost in the room). Nothing else, not even the look again
+    appended) and the parity record of that stripe (it covers nothing there: no synced
+    entry was lost in the room). Nothing else, not even the look again
     when the put reads its parent's stamp: nobody can append while the lock is held."""
     from langgraph_checkpoint_verified.storage.log.entries import HEADER_SIZE as ENTRY_HEADER
-    from langgraph_checkpoint_verified.storage.log.parity import HEADER_SIZE as PARITY_HEADER
+    from langgraph_checkpoint_verified.storage.log.parity import RECORD_SIZE as PARITY_RECORD
 
     graph, config = warm_thread(tmp_path / "store")
     saver = graph.checkpointer
-    reads: list[tuple[int, int]] = []  # (thread, bytes asked)
     measuring: dict[int, list[int]] = {}
     real_pread = os.pread
 
@@ -288,5 +287,55 @@ def test_a_durable_call_on_a_warm_thread_reads_two_headers(tmp_path, monkeypatch
     assert {name for name, _ in per_call} == {"put", "put_writes"}
     assert len(per_call) >= 3 * TURNS
     for name, sizes in per_call:
-        assert sizes == sorted([ENTRY_HEADER, PARITY_HEADER]), (name, sizes)
+        assert sizes == sorted([ENTRY_HEADER, PARITY_RECORD]), (name, sizes)
     assert graph.get_state(config).values["turns"] == 3 + TURNS
+
+
+def test_a_new_threads_first_put_makes_its_directory_and_log_and_looks_for_nothing_else(
+    tmp_path, monkeypatch
+):
+    """Every new conversation is a new thread, and on a network file system every call
+    is a round trip. Its first ``put`` makes the directory (one ``mkdir``, no look at
+    each level first), its parity and its log, and reads nothing back: no listing of
+    the directory it just made for record files of the layout before logs, no hint of
+    a log it just created empty, no parity record of a stripe nothing was written to."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    root = tmp_path / "store"
+    saver = VerifiedSaver(root)
+    graph = build_graph(saver)
+    graph.invoke({"messages": [("user", "warm")]}, {"configurable": {"thread_id": "old"}})
+    calls: list[tuple[str, str]] = []
+    names: dict[int, str] = {}
+    real = {name: getattr(os, name) for name in ("open", "stat", "mkdir", "listdir", "scandir")}
+    real_pread = os.pread
+
+    def wrapped(name):
+        def call(path, *args, **kwargs):
+            result = real[name](path, *args, **kwargs)
+            calls.append((name, os.fspath(path)))
+            if name == "open":
+                names[result] = os.fspath(path)
+            return result
+
+        return call
+
+    for name in real:
+        monkeypatch.setattr(os, name, wrapped(name))
+    monkeypatch.setattr(
+        os,
+        "pread",
+        lambda fd, *a: calls.append(("pread", names.get(fd, "?"))) or real_pread(fd, *a),
+    )
+    thread_dir = str(root / "threads" / "new")
+    checkpoint = empty_checkpoint()
+    saver.put({"configurable": {"thread_id": "new", "checkpoint_ns": ""}}, checkpoint, {}, {})
+    under = [(name, path) for name, path in calls if path.startswith(thread_dir)]
+    assert ("mkdir", thread_dir) in under
+    assert not [call for call in under if call[0] in ("listdir", "scandir")], under
+    assert not [call for call in under if call[0] == "stat" and call[1] == thread_dir], under
+    assert not [call for call in under if call[1].endswith(".hint")], under
+    assert not [call for call in under if call[0] == "pread"], under
+    assert (
+        saver.get_tuple({"configurable": {"thread_id": "new"}}).checkpoint["id"] == checkpoint["id"]
+    )

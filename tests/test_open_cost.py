@@ -44,8 +44,7 @@ from langgraph_checkpoint_verified.storage.log.file_storage import (
     LOG_NAME,
     PARITY_NAME,
 )
-from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE, STRIPE_SIZE
-from langgraph_checkpoint_verified.storage.log.parity import HEADER_SIZE as PARITY_HEADER_SIZE
+from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE, RECORD_SIZE, STRIPE_SIZE
 from langgraph_checkpoint_verified.storage.log.tail import TAIL_WINDOW
 
 # a latest checkpoint is one record, plus the records holding its unchanged
@@ -163,11 +162,11 @@ def test_open_and_load_latest_read_the_marker_then_the_threads_log_once(
         "counter": checkpoints - 1,
     }
     assert latest.pending_writes == [("task", "out", checkpoints - 1)]
-    # no other thread's log, no file of anything else; of the parity, one record's header:
-    # what it says of the zeros after the last entry (room, or blocks lost since written)
+    # no other thread's log, no file of anything else; of the parity, one record: what it
+    # says of the zeros after the last entry (room, or blocks lost since they were written)
     hint, parity = log.parent / HINT_NAME, log.parent / PARITY_NAME
     assert {path for path, _, _ in reads} == {str(log), str(parity)}
-    assert [size for path, _, size in reads if path == str(parity)] == [PARITY_HEADER_SIZE]
+    assert [size for path, _, size in reads if path == str(parity)] == [RECORD_SIZE]
     assert {p for p in opened if not p.startswith(str(log.parent / ".tmp-"))} <= {
         str(log),
         str(hint),

@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Hashable, Iterator
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
@@ -116,24 +116,40 @@ class RecordFileStorage(OneRecordPerWrite):
             self.ensure_directory(directory, sync=sync)
             return temp, os.open(temp, flags, FILE_MODE)
 
-    def ensure_directory(self, directory: str, *, sync: bool) -> None:
-        """Make ``directory`` and its missing parents; ``sync`` makes each new entry durable."""
+    def ensure_directory(self, directory: str, *, sync: bool) -> bool:
+        """Make ``directory`` and its missing parents; ``sync`` makes each new entry durable.
+
+        Whether this call made ``directory`` itself: it then holds nothing but what
+        this process puts in it. A ``mkdir`` first, the parents only if it is refused
+        for want of them: a directory that exists costs one call, a new one two (and
+        its parent's sync), without a look at each level first.
+        """
         if directory in self._known_dirs:
-            return
-        missing = []
-        current = directory
-        while not os.path.isdir(current):
-            missing.append(current)
-            current = os.path.dirname(current)
-        for new_dir in reversed(missing):
-            with suppress(FileExistsError):
-                os.mkdir(new_dir, DIR_MODE)
-            if sync:
-                # the new entry must survive a crash as much as the file inside it
-                self.sync_directory(os.path.dirname(new_dir))
+            return False
+        made = self._make_directory(directory, sync=sync)
         # one made without its fsync must not vouch for a durable write later
         if sync or not self.fsync:
             self._known_dirs.add(directory)
+        return made
+
+    def _make_directory(self, directory: str, *, sync: bool) -> bool:
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            parent = os.path.dirname(directory)
+            if parent == directory:
+                raise
+            self._make_directory(parent, sync=sync)
+            try:
+                os.mkdir(directory, DIR_MODE)
+            except FileExistsError:
+                return False
+        if sync:
+            # the new entry must survive a crash as much as the file inside it
+            self.sync_directory(os.path.dirname(directory))
+        return True
 
     def forget_directories(self) -> None:
         """Forget which directories exist (one was removed): the next write makes it again."""

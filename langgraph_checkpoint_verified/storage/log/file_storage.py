@@ -298,15 +298,18 @@ class FileStorage:
         log.end = 0
         log.room, log.size = True, 0
         log.hint_end = log.hint_size = 0
-        thread_key = os.path.relpath(log.directory, self.files.location(""))
-        for key, path in self._record_files(log.directory, thread_key):
-            log.index[key] = path
+        made_here, log.made_here = log.made_here, False  # true of this reading only
+        if not made_here:
+            thread_key = os.path.relpath(log.directory, self.files.location(""))
+            for key, path in self._record_files(log.directory, thread_key):
+                log.index[key] = path
         if fd is None:
             log.fd = None
             return
-        if not log.index:  # a hint covers the log only: record files are listed above
+        size = os.fstat(fd).st_size
+        if not log.index and size:  # a hint covers the log only: record files are above
             read_hint(log, fd, lambda: self._read_whole(log))
-        self._read_tail(log, fd, os.fstat(fd).st_size, far=True)
+        self._read_tail(log, fd, size, far=True)
         if log.end - log.hint_end >= HINT_AFTER_BYTES:
             # this process read that much to open the thread: the next one need not (the
             # writer's rule lets a long log's hint lag further, for the writer's sake)
@@ -697,8 +700,12 @@ class FileStorage:
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         for attempt in (1, 2):
             try:
-                self.files.ensure_directory(log.directory, sync=self.fsync)
-                created = not os.path.exists(log.path)
+                if self.files.ensure_directory(log.directory, sync=self.fsync):
+                    # made here and now: no log in it, nor record files of the layout
+                    # before logs (reading it as the log is made need not look for them)
+                    log.made_here = created = True
+                else:
+                    created = not os.path.exists(log.path)
                 if created:
                     # the sidecar first: a log with room always has one, and a torn first
                     # append is then known for one (``ParityFile.covers_beyond``)

@@ -189,10 +189,9 @@ def encode_parity(log: bytes | memoryview) -> bytes:
     return b"".join(records)
 
 
-def decode_header(data: bytes | memoryview, number: int) -> tuple[int, tuple[int, ...]] | None:
-    """What the header of stripe ``number``'s record says (its first ``HEADER_SIZE``
-    bytes; more may follow): how many bytes of the stripe it covers, and their block
-    CRCs. ``None`` when it is missing, damaged, or another stripe's."""
+def decode_record(data: bytes | memoryview, number: int) -> StripeRecord | None:
+    """Stripe ``number``'s record from its bytes (more may follow); ``None`` when it is
+    missing, damaged, or another stripe's."""
     if len(data) < HEADER_SIZE:
         return None
     header = bytes(data[: _HEADER.size])
@@ -207,21 +206,11 @@ def decode_header(data: bytes | memoryview, number: int) -> tuple[int, tuple[int
         or not 0 < covered <= STRIPE_SIZE
     ):
         return None
-    return covered, tuple(crcs)
-
-
-def decode_record(data: bytes | memoryview, number: int) -> StripeRecord | None:
-    """Stripe ``number``'s record from its bytes (more may follow); ``None`` when it is
-    missing, damaged, or another stripe's."""
-    decoded = decode_header(data, number)
-    if decoded is None:
-        return None
-    covered, crcs = decoded
     size = min(covered, BLOCK_SIZE)
     parity = bytes(data[HEADER_SIZE : HEADER_SIZE + size])
     if len(parity) != size:
         return None
-    return StripeRecord(number, covered, crcs, parity + _ZEROS[size:])
+    return StripeRecord(stripe, covered, tuple(crcs), parity + _ZEROS[size:])
 
 
 def damaged_blocks(data: bytes | memoryview, record: StripeRecord) -> list[int]:
@@ -295,7 +284,6 @@ __all__ = [
     "Rebuilt",
     "StripeRecord",
     "damaged_blocks",
-    "decode_header",
     "decode_record",
     "encode_parity",
     "parity_holds",

@@ -27,13 +27,11 @@ from dataclasses import dataclass, field
 from langgraph_checkpoint_verified.storage.base import FILE_MODE
 from langgraph_checkpoint_verified.storage.log.parity import (
     BLOCK_SIZE,
-    HEADER_SIZE,
     RECORD_SIZE,
     STRIPE_SIZE,
     OpenStripe,
     StripeRecord,
     damaged_blocks,
-    decode_header,
     decode_record,
     encode_parity,
     parity_holds,
@@ -85,8 +83,11 @@ class ParityFile:
                 self._log_ino = log_ino
             stripe = self._stripe
             if stripe is None or stripe.end != at:
-                # first append here, or another process appended since
-                stripe = self._stripe = self._load(log_fd, at)
+                # first append here, or another process appended since: a stripe that
+                # starts at ``at`` holds nothing yet, and needs nothing read to say so
+                stripe = self._stripe = (
+                    OpenStripe(stripe_of(at)) if at % STRIPE_SIZE == 0 else self._load(log_fd, at)
+                )
             touched = stripe.extend(appended)
             first = touched[0].number
             os.pwrite(self._fd, b"".join(s.record() for s in touched), record_offset(first))
@@ -124,25 +125,17 @@ class ParityFile:
 
     def record(self, number: int) -> StripeRecord | None:
         """Stripe ``number``'s record, if the sidecar holds an intact one for this log."""
-        data = self._read(RECORD_SIZE, record_offset(number))
-        return decode_record(data, number) if data is not None else None
-
-    def _read(self, size: int, offset: int, *, kept: bool = False) -> bytes | None:
-        """``size`` bytes of the sidecar at ``offset`` (fewer at its end), read through
-        its path, or with ``kept`` through the descriptor this process's appends keep
-        open if there is one; ``None`` if it cannot be read."""
         try:
-            if kept and self._fd is not None:
-                return os.pread(self._fd, size, offset)
             fd = os.open(self.path, os.O_RDONLY | _CLOEXEC)
         except OSError:
             return None
         try:
-            return os.pread(fd, size, offset)
+            data = os.pread(fd, RECORD_SIZE, record_offset(number))
         except OSError:
             return None
         finally:
             os.close(fd)
+        return decode_record(data, number)
 
     def extent(self) -> int:
         """Where the last stripe with a record ends in the log: about where its entries
@@ -164,15 +157,20 @@ class ParityFile:
         when it cannot say: no sidecar, or no intact record of the stripe ``at`` lies
         inside (a stripe starting at ``at`` with no record has had nothing written)."""
         number = stripe_of(at)
-        # its header alone says what was synced (written with the parity, after the
-        # sync); kept open by this process's appends, the sidecar needs no lookup
-        header = self._read(HEADER_SIZE, record_offset(number), kept=True)
-        decoded = decode_header(header, number) if header is not None else None
-        if decoded is None:
+        if self._fd is not None:  # kept open by this process's appends: no lookup
+            try:
+                record = decode_record(
+                    os.pread(self._fd, RECORD_SIZE, record_offset(number)), number
+                )
+            except OSError:
+                record = None
+        else:
+            record = self.record(number)
+        if record is None:
             if at != number * STRIPE_SIZE or not os.path.exists(self.path):
                 return None
             return False
-        return number * STRIPE_SIZE + decoded[0] > at
+        return number * STRIPE_SIZE + record.covered > at
 
     def write_records(self, records: list[tuple[int, bytes]], *, fsync: bool) -> None:
         """Write stripe records (``(stripe, record)``); synced when ``fsync``."""

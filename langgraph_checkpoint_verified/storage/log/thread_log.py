@@ -81,6 +81,10 @@ class ThreadLog:
         this process cannot write (``flock`` does not care how a file is open), with the
         error that said so (what an append inside the blocks raises)."""
         self.built = False
+        self.made_here = False
+        """Whether this process has just made the thread's directory, to create its log:
+        it holds no record files of the layout before logs, which the reading of the new
+        log (``FileStorage._rebuild``) need not look for."""
         self.spans: list[DamagedBytes] = []
         """Damage between entries that names no record of this thread, as read so far."""
         self.holds_damage = False

@@ -256,42 +256,131 @@ def test_unreadable_records_are_reported_not_raised_and_not_moved(tmp_path, monk
     assert saver.get_tuple(generate_config("t")).config == configs[-1]
 
 
-@pytest.mark.parametrize("backend", ["files", "memory"])
-def test_quarantine_never_puts_back_over_a_newer_record(tmp_path, backend):
-    """A reader judges damaged bytes; writers replace the record twice around its move.
-    The move caught a good record, which goes back only if nothing newer is there."""
-    from langgraph_checkpoint_verified.records.keys import writes_key
+def _writes_record(saver, key_parts, value: str) -> bytes:
     from langgraph_checkpoint_verified.records.kinds import WritesRecord, encode_writes
+
+    thread_id, checkpoint_id = key_parts
+    batch = [(-3, "__interrupt__", saver.serde.dumps_typed(value))]
+    return encode_writes(
+        saver.codec, WritesRecord(thread_id, "", checkpoint_id, "task", "-3", "", batch)
+    )
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_quarantine_never_moves_a_record_written_after_the_read_that_judged(tmp_path, backend):
+    """A reader judges damaged bytes; a writer replaces the record before they are moved.
+    The store compares what the key holds with what was judged, under its own lock, and
+    moves nothing: the new record stays, and nothing goes to the quarantine."""
+    from langgraph_checkpoint_verified.records.keys import writes_key
 
     saver = VerifiedSaver(tmp_path / "s") if backend == "files" else VerifiedSaver.in_memory()
     (config,) = put_chain(saver, "t", 1)
     checkpoint_id = config["configurable"]["checkpoint_id"]
     key = writes_key("t", "", checkpoint_id, "task", "-3")
-
-    def record(value: str) -> bytes:
-        batch = [(-3, "__interrupt__", saver.serde.dumps_typed(value))]
-        return encode_writes(
-            saver.codec, WritesRecord("t", "", checkpoint_id, "task", "-3", "", batch)
-        )
-
     saver.storage.write(key, b"damaged bytes")
-    real_move = saver.storage.move_aside
+    real_move = saver.storage.move_aside_unchanged
+    asked = []
+
+    def racing_move(moves):
+        saver.storage.write(key, _writes_record(saver, ("t", checkpoint_id), "R2"))
+        asked.extend(moves)
+        return real_move(moves)
+
+    saver.storage.move_aside_unchanged = racing_move
+    saver.get_tuple(config)
+    saver.storage.move_aside_unchanged = real_move
+
+    assert [(k, data) for k, _, data in asked] == [(key, b"damaged bytes")]
+    assert saver.stats.damaged_records == 1 and saver.stats.quarantined_records == 0
+    assert saver.storage.list("quarantine") == []
+    assert [w[2] for w in saver.get_tuple(config).pending_writes] == ["R2"]
+
+
+def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp_path, monkeypatch):
+    """The newest eight checkpoints of a log are damaged beyond its parity. The read that
+    falls back past them moves all eight aside with one write to the log (their deletions,
+    one entry after another) and one to its parity, reads no quarantined copy back, then
+    reports each, newest first, with where it went."""
+    from logtools import lose_parity, view_log
+
+    from langgraph_checkpoint_verified.records.keys import checkpoint_key
+
+    root = tmp_path / "s"
+    configs = put_chain(VerifiedSaver(root), "t", 12)
+    damaged_ids = [c["configurable"]["checkpoint_id"] for c in configs[-8:]][::-1]
+    log = root / "threads" / "t" / "log"
+    lose_parity(log)
+    data = bytearray(log.read_bytes())
+    view = view_log(bytes(data), "threads/t")
+    for checkpoint_id in damaged_ids:
+        entry = view.entry(checkpoint_key("t", "", checkpoint_id))
+        data[entry.data_offset + entry.data_size // 2] ^= 0xFF
+    log.write_bytes(bytes(data))
+
+    seen = []
+    reader = VerifiedSaver(root, on_corruption=seen.append)
+    pwrites, quarantine_reads = [], []
+    real_pwrite, real_open = os.pwrite, os.open
+
+    def counted_pwrite(fd, data, offset):
+        pwrites.append(len(data))
+        return real_pwrite(fd, data, offset)
+
+    def counted_open(path, flags, *args, **kwargs):
+        if "quarantine" in str(path) and not flags & (os.O_WRONLY | os.O_RDWR):
+            quarantine_reads.append(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "pwrite", counted_pwrite)
+    monkeypatch.setattr(os, "open", counted_open)
+    found = reader.get_tuple(generate_config("t"))
+    monkeypatch.undo()
+
+    assert found.config == configs[-9]
+    assert [d.key for d in seen] == [checkpoint_key("t", "", c) for c in damaged_ids]
+    assert all(d.quarantined_to for d in seen) and reader.stats.quarantined_records == 8
+    assert len(pwrites) == 2, pwrites
+    assert quarantine_reads == []
+    assert sorted(reader.storage.list("quarantine")) == sorted(
+        f"{os.path.basename(d.quarantined_to)[: -len('.record')]}.{suffix}"
+        for d in seen
+        for suffix in ("record", "reason")
+    )
+    assert VerifiedSaver(root).get_tuple(generate_config("t")).config == configs[-9]
+
+
+def test_a_store_that_renames_one_at_a_time_never_puts_back_over_a_newer_record(tmp_path):
+    """Where the store can only rename (one file per record, S3), the record is renamed,
+    then read where it went: a writer that replaced it in between gets it back, unless a
+    still newer record is there by then, which is never overwritten."""
+    from langgraph_checkpoint_verified.records.keys import writes_key
+    from langgraph_checkpoint_verified.storage.base import move_aside_one_by_one
+
+    saver = VerifiedSaver.in_memory()
+    (config,) = put_chain(saver, "t", 1)
+    checkpoint_id = config["configurable"]["checkpoint_id"]
+    key = writes_key("t", "", checkpoint_id, "task", "-3")
+    storage = saver.storage
+    storage.write(key, b"damaged bytes")
+    real_move = storage.move_aside
     moves = []
 
     def racing_move(source, target, **kwargs):
-        if not moves:
-            saver.storage.write(key, record("R2"))  # a writer replaces the damaged record
+        if not moves:  # a writer replaces the damaged record
+            storage.write(key, _writes_record(saver, ("t", checkpoint_id), "R2"))
         moves.append((source, target))
         moved = real_move(source, target, **kwargs)
-        if len(moves) == 1:
-            saver.storage.write(key, record("R3"))  # and writes again, acknowledged
+        if len(moves) == 1:  # and writes again, acknowledged
+            storage.write(key, _writes_record(saver, ("t", checkpoint_id), "R3"))
         return moved
 
-    saver.storage.move_aside = racing_move
-    saver.get_tuple(config)
-    saver.storage.move_aside = real_move
+    storage.move_aside = racing_move
+    assert move_aside_one_by_one(storage, [(key, "quarantine/q.record", b"damaged bytes")]) == [
+        False
+    ]
+    storage.move_aside = real_move
 
-    assert len(moves) == 2  # the quarantine move and the refused put-back
+    assert moves == [(key, "quarantine/q.record"), ("quarantine/q.record", key)]
     assert [w[2] for w in saver.get_tuple(config).pending_writes] == ["R3"]
 
 

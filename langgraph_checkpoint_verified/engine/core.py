@@ -182,11 +182,13 @@ class Engine:
                     return self.assemble(kept, remember_lists=True)
                 except Unusable:
                     pass  # read it all again, as if never read
-        with self.storage.consistent_reads(prefix):
-            strict = self.strict if strict is None else strict
-            holders = {} if holders is None else holders
-            skipped: list[str] = []
-            saw_any = False
+        strict = self.strict if strict is None else strict
+        holders = {} if holders is None else holders
+        skipped: list[str] = []
+        saw_any = False
+        found: CheckpointTuple | None = None
+        # the damaged checkpoints skipped are moved aside together, then reported
+        with self.storage.consistent_reads(prefix), self.reporter.moving_together():
             for checkpoint_id in self.reader.newest_first(thread_id, checkpoint_ns):
                 saw_any = True
                 try:
@@ -207,17 +209,17 @@ class Engine:
                     continue
                 if parts is None or found is None:
                     continue
-                if skipped:
-                    self.reporter.fallback(
-                        f"thread {thread_id!r} namespace {checkpoint_ns!r}: newest checkpoint that "
-                        f"verifies is {checkpoint_id} ({len(skipped)} newer skipped)"
-                    )
-                elif stamp is not None and parts.sources is not None:
+                if not skipped and stamp is not None and parts.sources is not None:
                     self.newest.put(thread_id, checkpoint_ns, stamp, parts)
-                return found
-            if saw_any and skipped:
-                self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
-            return None
+                break
+        if found is not None and skipped:
+            self.reporter.fallback(
+                f"thread {thread_id!r} namespace {checkpoint_ns!r}: newest checkpoint that "
+                f"verifies is {found.checkpoint['id']} ({len(skipped)} newer skipped)"
+            )
+        elif found is None and saw_any and skipped:
+            self.reporter.restart_from_scratch(thread_id, checkpoint_ns)
+        return found
 
     def _read_parts(
         self,

@@ -16,7 +16,8 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -135,39 +136,77 @@ class DamageReporter:
         self.stats = RecoveryStats()
         self.read_only_error: OSError | None = None
         self._lock = threading.Lock()
+        self._together = threading.local()
 
     def damaged(self, key: str, error: RecordDamagedError, data: bytes | None) -> Damage:
         """Handle one damaged record found at ``key`` (``data`` is what was read).
 
         Never raises for a move that cannot be made: a store this process cannot
-        write is read past all the same, and the damage stays where it is.
+        write is read past all the same, and the damage stays where it is. Inside
+        a ``moving_together`` block, the record is moved, logged and passed to
+        ``on_corruption`` as the block ends, with the others found in it.
         """
-        return self.report_damaged(key, error, data)[0]
+        pending = getattr(self._together, "pending", None)
+        if pending is None or data is None or not self.quarantine_enabled:
+            return self.report_damaged(key, error, data)[0]
+        if key in pending:  # read again in the same block (a holder of values, say)
+            return pending[key][0]
+        damage = self._found(key, error, data)
+        pending[key] = (damage, data)
+        return damage
 
     def report_damaged(
         self, key: str, error: RecordDamagedError, data: bytes | None
     ) -> tuple[Damage, OSError | None]:
         """``damaged``, and the error that kept the record from being moved, if any."""
+        damage = self._found(key, error, data)
+        if not self.quarantine_enabled or data is None:
+            self._report(damage, "")
+            return damage, None
+        ((damage, outcome, refused),) = self._quarantine([(damage, data)])
+        self._report(damage, outcome)
+        return damage, refused
+
+    @contextmanager
+    def moving_together(self) -> Iterator[None]:
+        """Records this thread finds damaged in the block are moved aside together as it
+        ends (for a store's log, one append for them all), then reported in the order
+        found: a read falling back past many damaged checkpoints, one after another.
+
+        Nested blocks are one: the outermost moves them.
+        """
+        if getattr(self._together, "pending", None) is not None:
+            yield
+            return
+        pending: dict[str, tuple[Damage, bytes]] = {}
+        self._together.pending = pending
+        try:
+            yield
+        finally:
+            self._together.pending = None
+            if pending:
+                for damage, outcome, _ in self._quarantine(list(pending.values())):
+                    self._report(damage, outcome)
+
+    def _found(self, key: str, error: RecordDamagedError, data: bytes | None) -> Damage:
+        """The ``Damage`` of the record at ``key``, counted."""
         identity = None
         if data is not None:
             try:
                 identity = self.codec.read_header(data).identity
             except RecordDamagedError:
                 identity = None
-        damage = Damage(
+        with self._lock:
+            self.stats.damaged_records += 1
+        return Damage(
             key=key,
             location=self.storage.location(key),
             reason=error.reason,
             kind=kind_name(key),
             identity=identity,
         )
-        with self._lock:
-            self.stats.damaged_records += 1
-        outcome, refused = "", None
-        if self.quarantine_enabled and data is not None:
-            moved_to, outcome, refused = self._try_quarantine(damage, data)
-            if moved_to is not None:
-                damage = replace(damage, quarantined_to=moved_to)
+
+    def _report(self, damage: Damage, outcome: str) -> None:
         logger.warning(
             "damaged %s record %s: %s%s",
             damage.kind or "unknown",
@@ -176,7 +215,6 @@ class DamageReporter:
             outcome,
         )
         self._notify(damage)
-        return damage, refused
 
     def set_aside(self, damage: Damage, data: bytes) -> tuple[Damage, OSError | None]:
         """Quarantine a record that verifies but that no read can use any more.
@@ -187,9 +225,7 @@ class DamageReporter:
         Returns the ``Damage`` with ``quarantined_to`` set if it was moved, and
         the error that kept it from being moved, if any.
         """
-        moved_to, outcome, refused = self._try_quarantine(damage, data)
-        if moved_to is not None:
-            damage = replace(damage, quarantined_to=moved_to)
+        ((damage, outcome, refused),) = self._quarantine([(damage, data)])
         logger.info(
             "set aside %s record %s: %s%s", damage.kind, damage.location, damage.reason, outcome
         )
@@ -356,50 +392,58 @@ class DamageReporter:
             checkpoint_ns,
         )
 
-    def _try_quarantine(
-        self, damage: Damage, data: bytes
-    ) -> tuple[str | None, str, OSError | None]:
-        """Move a record aside: (where to, what to add to the log line, the refusal)."""
+    def _quarantine(
+        self, found: list[tuple[Damage, bytes]]
+    ) -> list[tuple[Damage, str, OSError | None]]:
+        """Move records aside, each with a reason record beside it: for each, its
+        ``Damage`` (``quarantined_to`` set if it moved), what to add to its log line,
+        and the error that kept it from being moved, if any.
+
+        Not durable, as the moves: a machine crash that undoes one leaves the damage
+        where the next read finds it again; one that loses only a reason leaves the
+        record aside but unexplained, so a read naming that checkpoint treats it as
+        absent, not damaged.
+        """
+        bases = [_new_quarantine_base() for _ in found]
         try:
-            moved_to = self._quarantine(damage, data)
+            moved = self.storage.move_aside_unchanged(
+                [
+                    (damage.key, f"{base}.record", data)
+                    for (damage, data), base in zip(found, bases, strict=True)
+                ]
+            )
         except OSError as exc:
             if exc.errno in CANNOT_WRITE_ERRNOS:
                 self.read_only_error = exc
-                return (
-                    None,
+                outcome = (
                     f" (the store is read-only for this process ({exc.strerror}), "
-                    f"so nothing was moved)",
-                    exc,
+                    f"so nothing was moved)"
                 )
-            return None, f" (could not move it aside: {exc.strerror or exc}; left in place)", None
-        return moved_to, f" (quarantined to {moved_to})" if moved_to else "", None
-
-    def _quarantine(self, damage: Damage, data: bytes) -> str | None:
-        base = _new_quarantine_base()
-        if not self.storage.move_aside(damage.key, f"{base}.record"):
-            return None  # someone else moved it first
-        moved = self.storage.read(f"{base}.record")
-        if moved is not None and moved != data:
-            # The file was replaced between our read and the move (a concurrent
-            # writer): what we moved is not what we judged. Put it back, unless a
-            # still newer record is there by now: that one must not be overwritten,
-            # and the one we moved is older than it anyway.
-            if not self.storage.move_aside(f"{base}.record", damage.key, replace=False):
-                logger.info("left superseded record %s in quarantine", damage.key)
-            return None
-        try:
-            # Not durable (no fsync), like the move: a machine crash that undoes
-            # the move leaves the damage where the next read finds it again; one
-            # that loses only this note leaves the record aside but unexplained,
-            # so a read naming that checkpoint treats it as absent, not damaged.
-            self._write_reason(base, damage, durable=False)
-        except Exception:  # the damaged bytes are already safe aside; the note is a bonus
-            logger.exception("could not write the quarantine reason for %s", damage.key)
+                return [(damage, outcome, exc) for damage, _ in found]
+            outcome = f" (could not move it aside: {exc.strerror or exc}; left in place)"
+            return [(damage, outcome, None) for damage, _ in found]
+        results: list[tuple[Damage, str, OSError | None]] = []
+        reasons: list[tuple[str, bytes]] = []
+        for (damage, _), base, went in zip(found, bases, moved, strict=True):
+            if not went:
+                # someone else moved it first, or wrote a newer record there since
+                results.append((damage, "", None))
+                continue
+            damage = replace(damage, quarantined_to=self.storage.location(f"{base}.record"))
+            reasons.append((f"{base}.reason", self._reason_record(damage)))
+            results.append((damage, f" (quarantined to {damage.quarantined_to})", None))
         with self._lock:
-            self.stats.quarantined_records += 1
-        return self.storage.location(f"{base}.record")
+            self.stats.quarantined_records += len(reasons)
+        try:
+            self.storage.write_many(reasons, durable=False)
+        except Exception:  # the damaged bytes are already safe aside; the notes are a bonus
+            logger.exception("could not write the quarantine reasons of %d records", len(reasons))
+        return results
 
     def _write_reason(self, base: str, damage: Damage, *, durable: bool) -> None:
+        self.storage.write(f"{base}.reason", self._reason_record(damage), durable=durable)
+
+    def _reason_record(self, damage: Damage) -> bytes:
         reason = {
             "original_key": damage.key,
             "original_location": damage.location,
@@ -408,14 +452,10 @@ class DamageReporter:
             "identity": damage.identity,
             "quarantined_at": time.time(),
         }
-        self.storage.write(
-            f"{base}.reason",
-            self.codec.encode(
-                RecordKind.QUARANTINE_REASON,
-                {"original_key": damage.key},
-                json.dumps(reason, sort_keys=True).encode(),
-            ),
-            durable=durable,
+        return self.codec.encode(
+            RecordKind.QUARANTINE_REASON,
+            {"original_key": damage.key},
+            json.dumps(reason, sort_keys=True).encode(),
         )
 
     def _notify(self, damage: Damage) -> None:

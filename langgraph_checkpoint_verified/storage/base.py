@@ -79,6 +79,17 @@ class Storage(Protocol):
         """
         ...
 
+    def move_aside_unchanged(self, moves: Sequence[tuple[str, str, bytes]]) -> builtins.list[bool]:
+        """``move_aside(key, new_key)`` for each ``(key, new_key, expected)`` whose record
+        still holds exactly ``expected`` (what a reader found damaged there): a record
+        written at ``key`` since stays. Whether each was moved, in order.
+
+        For the quarantine, which gives each a ``new_key`` nothing has. Atomic per
+        record and not durable, as ``move_aside``; the records of one thread move in
+        one step where the store can (``FileStorage``: one append to the log).
+        """
+        ...
+
     def location(self, key: str) -> str:
         """Where ``key`` lives, for messages (a file path, or ``memory:key``)."""
         ...
@@ -145,9 +156,36 @@ class Storage(Protocol):
         ...
 
 
+def move_aside_one_by_one(
+    storage: Storage, moves: Sequence[tuple[str, str, bytes]]
+) -> builtins.list[bool]:
+    """``Storage.move_aside_unchanged`` for a store that renames one record at a time:
+    each is renamed, then read where it went. A record replaced between the read that
+    judged it and the rename is put back, unless a still newer one is there by then
+    (which must not be overwritten, and is newer than the one moved anyway)."""
+    moved = []
+    for key, new_key, expected in moves:
+        if not storage.move_aside(key, new_key):
+            moved.append(False)  # someone else moved it first
+            continue
+        found = storage.read(new_key)
+        if found is not None and found != expected:
+            storage.move_aside(new_key, key, replace=False)
+            moved.append(False)
+            continue
+        moved.append(True)
+    return moved
+
+
 class OneRecordPerWrite:
     """For stores where every record is written on its own: a batch is its writes in
     turn, and a deleted record leaves no space to reclaim."""
+
+    def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
+        raise NotImplementedError
+
+    def move_aside_unchanged(self, moves: Sequence[tuple[str, str, bytes]]) -> builtins.list[bool]:
+        return move_aside_one_by_one(self, moves)  # type: ignore[arg-type]
 
     def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         raise NotImplementedError

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 import threading
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -221,6 +222,16 @@ class MemoryStorage(OneRecordPerWrite):
                 return False
             self._records[new_key] = self._records.pop(key)
             return True
+
+    def move_aside_unchanged(self, moves: Sequence[tuple[str, str, bytes]]) -> builtins.list[bool]:
+        with self._lock:
+            moved = []
+            for key, new_key, expected in moves:
+                unchanged = self._records.get(key) == expected
+                if unchanged:
+                    self._records[new_key] = self._records.pop(key)
+                moved.append(unchanged)
+            return moved
 
     def location(self, key: str) -> str:
         return f"memory:{key}"

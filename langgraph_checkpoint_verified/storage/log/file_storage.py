@@ -59,7 +59,12 @@ from typing import Any
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
-from langgraph_checkpoint_verified.storage.base import CANNOT_WRITE_ERRNOS, FILE_MODE, LOCK_NAME
+from langgraph_checkpoint_verified.storage.base import (
+    CANNOT_WRITE_ERRNOS,
+    FILE_MODE,
+    LOCK_NAME,
+    move_aside_one_by_one,
+)
 from langgraph_checkpoint_verified.storage.files import (
     RecordFileStorage,
     remove_if_abandoned,
@@ -967,6 +972,61 @@ class FileStorage:
             self.files.delete(key)
             return True
         raise ValueError(f"cannot move {key} to {new_key}: records move out of threads only")
+
+    def move_aside_unchanged(self, moves: Sequence[tuple[str, str, bytes]]) -> builtins.list[bool]:
+        """Those of one thread's log (to plain files) under one lock, each copied out and
+        compared with what it must still hold, then gone from the log in one append."""
+        by_thread: dict[str, list[int]] = {}
+        one_by_one: list[int] = []
+        for i, (key, new_key, _) in enumerate(moves):
+            thread_key = self._thread_dir_key(key)
+            if thread_key is None or thread_key == key or self._thread_dir_key(new_key):
+                one_by_one.append(i)
+            else:
+                by_thread.setdefault(thread_key, []).append(i)
+        moved = [False] * len(moves)
+        for thread_key, indices in by_thread.items():
+            try:
+                done = self._move_out_of_log(thread_key, [moves[i] for i in indices])
+            except StoreWriteError as exc:
+                # as move_aside: a refusal surfaces as the OSError itself
+                if isinstance(exc.__cause__, OSError):
+                    raise exc.__cause__ from None
+                raise
+            for i, ok in zip(indices, done, strict=True):
+                moved[i] = ok
+        elsewhere = move_aside_one_by_one(self, [moves[i] for i in one_by_one])
+        for i, ok in zip(one_by_one, elsewhere, strict=True):
+            moved[i] = ok
+        return moved
+
+    def _move_out_of_log(
+        self, thread_key: str, moves: Sequence[tuple[str, str, bytes]]
+    ) -> builtins.list[bool]:
+        log = self._log(thread_key)
+        moved: list[bool] = []
+        with log.writing, log.lock:
+            self._refresh(log)
+            gone: list[str] = []
+            record_files: list[str] = []
+            for key, new_key, expected in moves:
+                # the bytes as stored, as a rename moves them; what the reader judged may
+                # have had blocks rebuilt from the parity, so compare a read like its
+                data = self._read_known(log, key, heal=False)
+                if data is None or (data != expected and self._read_known(log, key) != expected):
+                    moved.append(False)
+                    continue
+                self.files.write(new_key, data, durable=False)
+                where = log.index.get(key)
+                if isinstance(where, str):
+                    record_files.append(where)
+                gone.append(key)
+                moved.append(True)
+            if gone:
+                self._append(log, [(DELETE, key, b"") for key in gone], durable=False)
+            for path in record_files:
+                remove_quietly(path)
+        return moved
 
     def _locate(self, key: str) -> tuple[ThreadLog, Any] | None:
         """The up-to-date log of the thread ``key`` is in, and where the key is in it;

@@ -934,14 +934,8 @@ class FileStorage:
         self.delete_many(keys)
 
     def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
-        # as RecordFileStorage's rename does, a refusal surfaces as the OSError itself:
-        # the reporter tells a read-only store (nothing moved, nothing raised) by it
-        try:
+        with _refusal_as_os_error():
             return self._move_aside(key, new_key, replace=replace)
-        except StoreWriteError as exc:
-            if isinstance(exc.__cause__, OSError):
-                raise exc.__cause__ from None
-            raise
 
     def _move_aside(self, key: str, new_key: str, *, replace: bool) -> bool:
         source_thread = self._thread_dir_key(key)
@@ -949,21 +943,7 @@ class FileStorage:
         if source_thread is None and target_thread is None:
             return self.files.move_aside(key, new_key, replace=replace)
         if source_thread is not None and target_thread is None:
-            log = self._log(source_thread)
-            with log.writing, log.lock:
-                self._refresh(log)
-                # the bytes as stored, as a rename moves them: what the caller judged
-                # damaged was read (and not healed) a moment ago, and need not be again
-                data = self._read_known(log, key, heal=False)
-                if data is None:
-                    return False
-                where = log.index.get(key)
-                if not self.files.write(new_key, data, replace=replace, durable=False):
-                    return False
-                self._append(log, [(DELETE, key, b"")], durable=False)
-                if isinstance(where, str):
-                    remove_quietly(where)
-                return True
+            return self._move_out_of_log(source_thread, [(key, new_key, None)], replace=replace)[0]
         if source_thread is None:
             # back from the quarantine into a thread (never over a newer record)
             data = self.files.read(key)
@@ -986,13 +966,8 @@ class FileStorage:
                 by_thread.setdefault(thread_key, []).append(i)
         moved = [False] * len(moves)
         for thread_key, indices in by_thread.items():
-            try:
+            with _refusal_as_os_error():
                 done = self._move_out_of_log(thread_key, [moves[i] for i in indices])
-            except StoreWriteError as exc:
-                # as move_aside: a refusal surfaces as the OSError itself
-                if isinstance(exc.__cause__, OSError):
-                    raise exc.__cause__ from None
-                raise
             for i, ok in zip(indices, done, strict=True):
                 moved[i] = ok
         elsewhere = move_aside_one_by_one(self, [moves[i] for i in one_by_one])
@@ -1001,8 +976,15 @@ class FileStorage:
         return moved
 
     def _move_out_of_log(
-        self, thread_key: str, moves: Sequence[tuple[str, str, bytes]]
+        self,
+        thread_key: str,
+        moves: Sequence[tuple[str, str, bytes | None]],
+        *,
+        replace: bool = True,
     ) -> builtins.list[bool]:
+        """Move records of one thread's log to plain files, under one lock, and delete
+        them from the log with one append: each whatever it holds (``expected`` is
+        ``None``), or only if it holds ``expected``. Whether each was moved."""
         log = self._log(thread_key)
         moved: list[bool] = []
         with log.writing, log.lock:
@@ -1013,10 +995,16 @@ class FileStorage:
                 # the bytes as stored, as a rename moves them; what the reader judged may
                 # have had blocks rebuilt from the parity, so compare a read like its
                 data = self._read_known(log, key, heal=False)
-                if data is None or (data != expected and self._read_known(log, key) != expected):
+                if data is None or (
+                    expected is not None
+                    and data != expected
+                    and self._read_known(log, key) != expected
+                ):
                     moved.append(False)
                     continue
-                self.files.write(new_key, data, durable=False)
+                if not self.files.write(new_key, data, replace=replace, durable=False):
+                    moved.append(False)
+                    continue
                 where = log.index.get(key)
                 if isinstance(where, str):
                     record_files.append(where)
@@ -1271,6 +1259,19 @@ class _CaughtUpOnce:
 
 
 _OPEN_STORES: weakref.WeakSet[FileStorage] = weakref.WeakSet()
+
+
+@contextmanager
+def _refusal_as_os_error() -> Iterator[None]:
+    """A move out of a log refused by the file system raises the ``OSError`` itself, as
+    ``RecordFileStorage``'s rename does: the damage reporter tells a read-only store
+    (nothing moved, nothing raised) by it."""
+    try:
+        yield
+    except StoreWriteError as exc:
+        if isinstance(exc.__cause__, OSError):
+            raise exc.__cause__ from None
+        raise
 
 
 def _close_logs(logs: OrderedDict[str, ThreadLog]) -> None:

@@ -143,3 +143,38 @@ def test_an_entry_torn_in_the_room_is_a_torn_tail_and_the_next_append_cuts_it(tm
     view = view_log(log.read_bytes(), T)
     assert view.whole and view.entries[-1].key == f"{T}/ns/next"
     assert torn not in log.read_bytes()
+
+
+@pytest.mark.parametrize("checksum_bytes_written", [1, 2, 3])
+def test_an_entry_torn_inside_its_checksum_is_a_torn_tail_when_the_parity_cannot_say(
+    tmp_path, checksum_bytes_written
+):
+    """A power cut can stop an entry's one write inside its last bytes, its checksum,
+    and take the unsynced parity record of its stripe with it. The checksum then holds
+    the first bytes of the entry's own checksum and zeros after them: a write that never
+    finished, a torn tail, never damage (a checksum damaged since it was written whole
+    would not be the right one's first bytes with zeros after)."""
+    storage = FileStorage(tmp_path)
+    key = f"{T}/ns/torn"
+    storage.write(key, b"old value")
+    storage.write(f"{T}/ns/kept", b"kept")
+    log = log_of(tmp_path)
+    data = bytearray(log.read_bytes())
+    at = view_log(bytes(data), T).end
+    entry = encode_entry(PUT, key, b"never synced" * 60)
+    checksum = entry[-4:]
+    assert all(checksum)  # every byte of it differs from the room's zeros
+    torn = entry[: len(entry) - 4 + checksum_bytes_written]
+    data[at : at + len(torn)] = torn
+    log.write_bytes(bytes(data))
+    parity = log.parent / f"{LOG_NAME}.parity"
+    parity.write_bytes(b"\xff" * parity.stat().st_size)  # the stripe's record torn: unreadable
+    reports = []
+    reader = FileStorage(tmp_path)
+    reader.on_damaged_span = lambda *args: reports.append(args)
+    assert reader.read(key) == b"old value"
+    assert reports == []
+    reader.write(f"{T}/ns/next", b"next")
+    view = view_log(log.read_bytes(), T)
+    assert view.whole and view.entries[-1].key == f"{T}/ns/next"
+    assert torn not in log.read_bytes()

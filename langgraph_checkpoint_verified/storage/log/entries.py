@@ -94,7 +94,18 @@ def encode_entry(kind: int, key: str, data: bytes = b"") -> bytes:
     if len(key_bytes) > MAX_KEY_SIZE:
         raise ValueError(f"key of {len(key_bytes)} bytes is longer than {MAX_KEY_SIZE}")
     body = _HEADER.pack(ENTRY_MAGIC, kind, 0, len(key_bytes), len(data)) + key_bytes + data
-    return body + _CHECKSUM.pack(zlib.crc32(body))
+    return body + entry_checksum(body)
+
+
+def entry_checksum(body: bytes | memoryview) -> bytes:
+    """The checksum that ends an entry whose bytes before it are ``body``.
+
+    Example:
+        >>> entry = encode_entry(DELETE, "threads/t/x")
+        >>> entry_checksum(entry[:-CHECKSUM_SIZE]) == entry[-CHECKSUM_SIZE:]
+        True
+    """
+    return _CHECKSUM.pack(zlib.crc32(body))
 
 
 def entry_is_intact(entry: bytes) -> bool:

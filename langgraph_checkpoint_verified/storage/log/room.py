@@ -18,8 +18,9 @@ in the middle of overwriting the room reads as complete by its header (the
 zeros complete it) but fails its checksum, with nothing but zeros after it: the
 parity not covering it tells it from a written entry damaged since, and it is a
 torn tail, cut by the next append like any other. When the parity cannot say
-(it is not synced, and a power cut may take it too), a checksum still all zeros
-does: the one write of an entry ends with its checksum, so that write never
+(it is not synced, and a power cut may take it too), a checksum not written
+whole does (still zeros, or the right checksum's first bytes and zeros after
+them): the one write of an entry ends with its checksum, so that write never
 finished.
 
 The room is at least ``MIN_ROOM`` and an eighth of the log, at most ``MAX_ROOM``

@@ -17,6 +17,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     CHECKSUM_SIZE,
     DamagedSpan,
     Entry,
+    entry_checksum,
     scan,
 )
 from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE
@@ -136,7 +137,18 @@ def _trailing(
 
 def _unfinished(data: bytes, spans: builtins.list[DamagedSpan]) -> bool:
     """Whether the last span is a write that never reached its end: its checksum, the
-    last bytes an entry's one write puts down, is still the room's zeros (a finished
-    entry's is zero once in 2**32). What tells a torn write from damage when the
-    parity cannot say (a sidecar lost in the same power cut: it is not synced)."""
-    return all_zeros(data[spans[-1].end - CHECKSUM_SIZE : spans[-1].end])
+    last bytes an entry's one write puts down, is not yet written whole. Either it is
+    still the room's zeros (a finished entry's is zero once in 2**32), or it holds the
+    first bytes of the entry's own checksum and zeros after them (the write stopped
+    inside it; a checksum written whole and damaged since is not that, but once in
+    2**8 or more). What tells a torn write from damage when the parity cannot say (a
+    sidecar lost in the same power cut: it is not synced)."""
+    span = spans[-1]
+    stored = data[span.end - CHECKSUM_SIZE : span.end]
+    written = len(stored.rstrip(b"\0"))
+    if written == 0:
+        return True
+    if written == CHECKSUM_SIZE:
+        return False
+    whole = entry_checksum(memoryview(data)[span.offset : span.end - CHECKSUM_SIZE])
+    return stored[:written] == whole[:written]

@@ -362,3 +362,45 @@ def test_a_damaged_parity_is_found_by_verify_and_written_again_by_repair(chat_st
     assert saver.verify(repair=True).protected_bytes == STRIPE_SIZE
     log = view_log((copy / "threads" / "chat" / "log").read_bytes(), "threads/chat")
     assert parity.read_bytes() == encode_parity(log.written)  # the entries, not the room
+
+
+def test_reads_that_see_the_log_as_it_was_try_each_unhealable_stripe_once(tmp_path, monkeypatch):
+    """Eight records damaged, since they were written, in two blocks of one stripe: the
+    parity cannot rebuild it. Reads inside one ``consistent_reads`` block (a fallback
+    past damaged checkpoints) try that stripe once; reads outside one try it each time
+    (the log may have been repaired in between)."""
+    import langgraph_checkpoint_verified.storage.log.redundancy as redundancy
+
+    storage = FileStorage(tmp_path)
+    keys = [f"threads/t/ns/{n}" for n in range(8)]
+    for key in keys:
+        storage.write(key, random.Random(key).randbytes(1500))
+    log = tmp_path / "threads" / "t" / "log"
+    data = bytearray(log.read_bytes())
+    view = view_log(bytes(data), "threads/t")
+    damaged_blocks = set()
+    for key in keys:
+        entry = view.entry(key)
+        at = entry.data_offset + entry.data_size // 2
+        data[at] ^= 0xFF
+        damaged_blocks.add(at // BLOCK_SIZE)
+    assert len(damaged_blocks) >= 2 and view.end <= STRIPE_SIZE
+    log.write_bytes(bytes(data))
+
+    tries = []
+    real_rebuild = redundancy.rebuild
+
+    def counted_rebuild(stripe, record):
+        tries.append(record.number)
+        return real_rebuild(stripe, record)
+
+    monkeypatch.setattr(redundancy, "rebuild", counted_rebuild)
+    reader = storage  # knows the entries as intact: each read checks its entry's checksum
+    with reader.consistent_reads("threads/t"):
+        read = [reader.read(key) for key in keys]
+    assert tries == [0]
+    for key, found in zip(keys, read, strict=True):  # as they are, for the record's checks
+        assert found != random.Random(key).randbytes(1500) and len(found) == 1500
+    tries.clear()
+    assert [reader.read(key) for key in keys] == read
+    assert tries == [0] * len(keys)

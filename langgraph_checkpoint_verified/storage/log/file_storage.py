@@ -232,7 +232,8 @@ class FileStorage:
         views: dict[str, ThreadLog | None] = self._views.__dict__.setdefault("logs", {})
         if thread_key is None or thread_key in views:
             return nullcontext()
-        return _CaughtUpOnce(views, thread_key)
+        unhealable: dict[str, set[int]] = self._views.__dict__.setdefault("unhealable", {})
+        return _CaughtUpOnce(views, unhealable, thread_key)
 
     def _refresh(self, log: ThreadLog, *, appending: bool = False) -> os.stat_result | None:
         """Bring ``log.index`` up to date with the file (caller holds ``log.lock``; with
@@ -785,7 +786,13 @@ class FileStorage:
         entry = os.pread(log.fd, offset + size + CHECKSUM_SIZE - start, start)
         if entry_is_intact(entry):
             return entry[offset - start : offset - start + size]
-        stripes = log.parity.heal(log.fd, [(start, start + len(entry))])
+        # inside a ``consistent_reads`` block the file is as it was: a stripe found
+        # unhealable there is not tried again by the block's later reads
+        stripes = log.parity.heal(
+            log.fd,
+            [(start, start + len(entry))],
+            unhealable=self._views.__dict__.get("unhealable", {}).get(log.thread_key),
+        )
         if stripes:
             healed = patch(entry, start, stripes)
             if entry_is_intact(healed):
@@ -1246,16 +1253,23 @@ class _CaughtUpOnce:
     """``FileStorage.consistent_reads``'s block (a class: it is entered at every read of
     a thread's newest checkpoint, and a generator's context manager costs more)."""
 
-    __slots__ = ("views", "thread_key")
+    __slots__ = ("views", "unhealable", "thread_key")
 
-    def __init__(self, views: dict[str, ThreadLog | None], thread_key: str) -> None:
-        self.views, self.thread_key = views, thread_key
+    def __init__(
+        self,
+        views: dict[str, ThreadLog | None],
+        unhealable: dict[str, set[int]],
+        thread_key: str,
+    ) -> None:
+        self.views, self.unhealable, self.thread_key = views, unhealable, thread_key
 
     def __enter__(self) -> None:
         self.views[self.thread_key] = None  # no read yet
+        self.unhealable[self.thread_key] = set()  # stripes parity could not rebuild
 
     def __exit__(self, *exc: object) -> None:
         del self.views[self.thread_key]
+        del self.unhealable[self.thread_key]
 
 
 _OPEN_STORES: weakref.WeakSet[FileStorage] = weakref.WeakSet()

@@ -186,22 +186,37 @@ class ParityFile:
 
     # -- healing -----------------------------------------------------------
 
-    def heal(self, log_fd: int, spans: Iterable[tuple[int, int]]) -> dict[int, bytes]:
+    def heal(
+        self,
+        log_fd: int,
+        spans: Iterable[tuple[int, int]],
+        *,
+        unhealable: set[int] | None = None,
+    ) -> dict[int, bytes]:
         """Rebuilt stripes for the log byte ranges ``spans`` (start, end): stripe start ->
         the stripe's bytes with its damaged block rebuilt, for each stripe that had one
-        and could be rebuilt. Stripes with nothing to rebuild are left out."""
+        and could be rebuilt. Stripes with nothing to rebuild are left out.
+
+        ``unhealable``: stripe numbers not to try, because a read that sees the log as
+        it was then already found nothing to rebuild in them; those found so now are
+        added to it (a read past many damaged records in a few stripes tries each once).
+        """
         numbers = sorted(
             {n for s, e in spans if e > s for n in range(stripe_of(s), stripe_of(e - 1) + 1)}
         )
         healed: dict[int, bytes] = {}
         for number in numbers:
-            record = self.record(number)
-            if record is None:
+            if unhealable is not None and number in unhealable:
                 continue
+            record = self.record(number)
             start = number * STRIPE_SIZE
-            rebuilt = rebuild(os.pread(log_fd, STRIPE_SIZE, start), record)
+            rebuilt = (
+                None if record is None else rebuild(os.pread(log_fd, STRIPE_SIZE, start), record)
+            )
             if rebuilt is not None and rebuilt.blocks:
                 healed[start] = rebuilt.data
+            elif unhealable is not None:
+                unhealable.add(number)
         return healed
 
 

@@ -389,3 +389,34 @@ def test_copy_range_copies_in_the_kernel_or_in_this_process(tmp_path, monkeypatc
         os.close(source)
         os.close(target)
     assert bool(in_kernel) == (kernel != "is not asked" and real is not None)
+
+
+def test_writes_that_need_not_last_make_their_directory_once_and_never_vouch_for_one_that_must(
+    tmp_path, monkeypatch
+):
+    """The quarantine's copies are written without a sync: the first makes the directory,
+    the next ones make no call for it. A durable write into that directory afterwards
+    still makes the directory's entry durable: after a power cut its file is there."""
+    from faultfs import FaultFS, Tally
+
+    for seed in range(8):  # an unsynced directory entry is lost or kept at random
+        root = tmp_path / f"s{seed}"
+        storage = RecordFileStorage(root)
+        with FaultFS(root, seed=seed) as disk:
+            for name in "abc":
+                storage.write(f"quarantine/{name}.record", name.encode(), durable=False)
+            assert Tally.of(disk.ops).new_dirs == 1
+            assert not [op for op in disk.ops if op.kind in ("sync", "dirsync")]
+            storage.write("quarantine/kept.record", b"kept")
+            disk.cut_power()
+        assert (root / "quarantine" / "kept.record").read_bytes() == b"kept", seed
+
+    storage = RecordFileStorage(tmp_path / "counted")
+    made = []
+    real_mkdir = os.mkdir
+    monkeypatch.setattr(
+        os, "mkdir", lambda path, *args: made.append(path) or real_mkdir(path, *args)
+    )
+    for name in "abc":
+        storage.write(f"quarantine/{name}.record", name.encode(), durable=False)
+    assert made == [str(tmp_path / "counted" / "quarantine")]  # not one call per write

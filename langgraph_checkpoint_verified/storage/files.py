@@ -66,6 +66,9 @@ class RecordFileStorage(OneRecordPerWrite):
         # another process, may remove one at any moment, so an operation that
         # finds its directory gone forgets them all and makes it again.
         self._known_dirs: set[str] = set()
+        # Directories known to exist, made or found without a sync: enough for a write
+        # that need not survive a crash (the quarantine's copies), not for a durable one.
+        self._seen_dirs: set[str] = set()
         self.ensure_directory(self._root, sync=fsync)
         self._locks = DirectoryLocks(self._open_lock_file)
 
@@ -124,12 +127,17 @@ class RecordFileStorage(OneRecordPerWrite):
         for want of them: a directory that exists costs one call, a new one two (and
         its parent's sync), without a look at each level first.
         """
-        if directory in self._known_dirs:
+        if directory in self._known_dirs or (not sync and directory in self._seen_dirs):
             return False
         made = self._make_directory(directory, sync=sync)
+        if sync and not made and directory in self._seen_dirs:
+            # made (or found) by a write that need not last: its entry is synced now
+            self.sync_directory(os.path.dirname(directory))
         # one made without its fsync must not vouch for a durable write later
         if sync or not self.fsync:
             self._known_dirs.add(directory)
+        else:
+            self._seen_dirs.add(directory)
         return made
 
     def _make_directory(self, directory: str, *, sync: bool) -> bool:
@@ -154,6 +162,7 @@ class RecordFileStorage(OneRecordPerWrite):
     def forget_directories(self) -> None:
         """Forget which directories exist (one was removed): the next write makes it again."""
         self._known_dirs.clear()
+        self._seen_dirs.clear()
 
     def sync_directory(self, directory: str) -> None:
         """``fsync`` a directory: what was made in it survives a crash (unless ``fsync=False``)."""

@@ -140,9 +140,9 @@ def _unfinished(data: bytes, spans: builtins.list[DamagedSpan]) -> bool:
     last bytes an entry's one write puts down, is not yet written whole. Either it is
     still the room's zeros (a finished entry's is zero once in 2**32), or it holds the
     first bytes of the entry's own checksum and zeros after them (the write stopped
-    inside it; a checksum written whole and damaged since is not that, but once in
-    2**8 or more). What tells a torn write from damage when the parity cannot say (a
-    sidecar lost in the same power cut: it is not synced)."""
+    inside it: damage looks like that only if it zeroed exactly the checksum's last
+    bytes). What tells a torn write from damage when the parity cannot say (a sidecar
+    lost in the same power cut: it is not synced)."""
     span = spans[-1]
     stored = data[span.end - CHECKSUM_SIZE : span.end]
     written = len(stored.rstrip(b"\0"))

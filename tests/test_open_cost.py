@@ -376,7 +376,7 @@ def test_a_fallback_past_damaged_newest_checkpoints_lists_no_more_ids_than_it_re
     monkeypatch.setattr(
         redundancy.ParityFile,
         "heal",
-        lambda self, fd, spans: heals.append(spans) or real_heal(self, fd, spans),
+        lambda self, fd, spans, **kw: heals.append(spans) or real_heal(self, fd, spans, **kw),
     )
     found = saver.get_tuple(LONG)
     assert found is not None and found.checkpoint["id"] == ids[30]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph_checkpoint_verified.errors import (
     CheckpointDamagedError,
+    NewerFormatError,
     RecordDamagedError,
     StoreKeyError,
     StoreUnavailableError,
@@ -103,6 +104,7 @@ __all__ = [
     "HealedBlock",
     "MemoryStorage",
     "MigrationReport",
+    "NewerFormatError",
     "ObjectStorage",
     "RecordDamagedError",
     "RecoveryFailedError",

@@ -39,6 +39,30 @@ class RecordDamagedError(VerifiedSaverError):
         super().__init__(f"damaged record{where}: {reason}")
 
 
+class NewerFormatError(VerifiedSaverError):
+    """A record verified, but holds something only a newer version of this package reads.
+
+    Not damage: the record is whole, so it is neither quarantined nor skipped (skipping
+    it would resume a thread from an older checkpoint than its newest). Upgrade
+    ``langgraph-checkpoint-verified`` in every process that reads the store.
+
+    Attributes:
+        reason: What this version does not know, e.g. ``"value encoding 3"``.
+
+    Example:
+        >>> error = NewerFormatError("value encoding 3")
+        >>> error.reason, str(error).startswith("a record holds value encoding 3, which a newer")
+        ('value encoding 3', True)
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"a record holds {reason}, which a newer version of langgraph-checkpoint-verified"
+            " wrote: upgrade it in every process that reads this store"
+        )
+
+
 class CheckpointDamagedError(VerifiedSaverError):
     """A checkpoint that must be read exactly does not verify.
 

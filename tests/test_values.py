@@ -14,14 +14,21 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified.records.kinds import VALUE_EXTEND, VALUE_FULL, decode_checkpoint
+from langgraph_checkpoint_verified.records.format import RecordKind
+from langgraph_checkpoint_verified.records.kinds import (
+    VALUE_EXTEND,
+    VALUE_FULL,
+    VALUE_WINDOW,
+    decode_checkpoint,
+)
+from langgraph_checkpoint_verified.records.values import WINDOW_CHAIN
 
 BACKENDS = ["files", "memory"]
 WORDS = [f"word{i}" for i in range(3000)]
@@ -209,3 +216,218 @@ def test_two_forks_that_make_the_same_version_number_keep_their_own_lists(tmp_pa
             (grown_a, ["a", "x", "x2"]),
         ]:
             assert reader.get_tuple(config).checkpoint["channel_values"]["log"] == log
+
+
+# -- windows: lists that lose their first items as they gain new ones ------------------
+
+WINDOW = 6
+
+
+class TrimmedChat(TypedDict):
+    messages: Annotated[list, add_messages]
+
+
+def trimmed_chat_graph(checkpointer: Any) -> Any:
+    """A chat that keeps its last ``WINDOW`` messages, the way LangGraph's docs trim one:
+    ``RemoveMessage`` of the oldest, from a node of its own."""
+
+    def reply(state: TrimmedChat) -> dict:
+        return {"messages": [AIMessage(content=f"reply to {len(state['messages'])} messages")]}
+
+    def trim(state: TrimmedChat) -> dict:
+        oldest = state["messages"][:-WINDOW]
+        return {"messages": [RemoveMessage(id=m.id) for m in oldest]}
+
+    builder = StateGraph(TrimmedChat)
+    builder.add_node("reply", reply)
+    builder.add_node("trim", trim)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", "trim")
+    return builder.compile(checkpointer=checkpointer)
+
+
+def last_four(old: list, new: list) -> list:
+    return [*old, *new][-4:]
+
+
+class Recent(TypedDict):
+    recent: Annotated[list, last_four]
+
+
+def recent_graph(checkpointer: Any) -> Any:
+    builder = StateGraph(Recent)
+    builder.add_node("note", lambda state: {"recent": [f"note {len(state['recent'])}"]})
+    builder.add_edge(START, "note")
+    return builder.compile(checkpointer=checkpointer)
+
+
+def value_encodings(saver: VerifiedSaver, channel: str) -> list[tuple[int, int]]:
+    """(encoding, start) of every stored value of ``channel``, oldest checkpoint first."""
+    found = []
+    for key in sorted(saver.storage.walk("threads")):
+        if key.endswith(".ckpt"):
+            record = decode_checkpoint(saver.codec, saver.storage.read(key))
+            if channel in record.values:
+                found.append((record.values[channel].encoding, record.values[channel].start))
+    return found
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_trimmed_chat_is_stored_as_windows_and_reads_back_what_in_memory_saver_returns(
+    tmp_path, backend
+):
+    saver = open_saver(backend, tmp_path)
+    ours, reference = trimmed_chat_graph(saver), trimmed_chat_graph(InMemorySaver())
+    config = {"configurable": {"thread_id": "chat"}}
+    for graph in (ours, reference):
+        rng = random.Random(21)
+        for _ in range(20):
+            graph.invoke(say(rng), config)
+    assert history(ours, config) == history(reference, config)
+    assert len(ours.get_state(config).values["messages"]) == WINDOW
+
+    encodings = value_encodings(saver, "messages")
+    # 20 turns of 3 checkpoints each: the question, the reply, the trim (from the 4th
+    # turn on, each drops the oldest question and reply)
+    assert len(encodings) == 60
+    trims = encodings[11::3]
+    assert set(trims) <= {(VALUE_WINDOW, 2), (VALUE_FULL, 0)}, encodings
+    assert trims.count((VALUE_WINDOW, 2)) > len(trims) // 2, encodings
+    # a chain with windows is stored whole again after WINDOW_CHAIN extensions, and
+    # before what its windows left out outnumbers what they keep: reading one never
+    # decodes more than twice the window's messages
+    dropped = chain = 0
+    for encoding, start in encodings:
+        if encoding == VALUE_FULL:
+            dropped = chain = 0
+            continue
+        dropped, chain = dropped + start, chain + 1
+        assert dropped <= WINDOW, encodings
+        assert chain <= WINDOW_CHAIN or not dropped, encodings
+    if backend == "files":
+        reopened = trimmed_chat_graph(VerifiedSaver(tmp_path / "store"))
+        assert history(reopened, config) == history(reference, config)
+
+
+def test_a_new_process_goes_on_with_the_window_it_read(tmp_path):
+    config = {"configurable": {"thread_id": "notes"}}
+    first = VerifiedSaver(tmp_path / "store", fsync=False)
+    reference = recent_graph(InMemorySaver())
+    for _ in range(3):
+        recent_graph(first).invoke({"recent": []}, config)
+        reference.invoke({"recent": []}, config)
+    # a second saver knows the list only from reading it back: it still stores windows
+    second = VerifiedSaver(tmp_path / "store", fsync=False)
+    for _ in range(4):
+        recent_graph(second).invoke({"recent": []}, config)
+        reference.invoke({"recent": []}, config)
+    encodings = value_encodings(second, "recent")
+    assert VALUE_WINDOW in [encoding for encoding, _ in encodings[4:]], encodings
+    for reader in (second, VerifiedSaver(tmp_path / "store")):
+        got = [s.values for s in recent_graph(reader).get_state_history(config)]
+        assert got == [s.values for s in reference.get_state_history(config)]
+
+
+def test_a_window_that_moved_past_every_item_is_stored_whole():
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from langgraph_checkpoint_verified.records.values import ListMemory
+
+    memory, serde = ListMemory(), JsonPlusSerializer()
+    where = ("t", "", "recent")
+    old = ["a", "b"]
+    memory.encode(where, 1, "c1", old, None, serde)
+    moved = memory.encode(where, 2, "c2", ["x", "y"], (1, "c1"), serde)
+    assert moved.encoding == VALUE_FULL
+    # items changed inside the window: stored whole too
+    memory.encode(where, 3, "c3", ["p", "q", "r"], None, serde)
+    changed = memory.encode(where, 4, "c4", ["q", "new", "s"], (3, "c3"), serde)
+    assert changed.encoding == VALUE_FULL
+
+
+@pytest.mark.parametrize("found", ["start past the base", "no start"])
+def test_a_window_that_does_not_fit_its_base_is_damage(found):
+    from langgraph_checkpoint_verified.errors import RecordDamagedError
+    from langgraph_checkpoint_verified.records.format import Codec, pack
+    from langgraph_checkpoint_verified.records.kinds import checkpoint_identity
+
+    base = ["c0", 1, 2] + ([3] if found == "start past the base" else [])
+    content = {
+        "v": 1,
+        "checkpoint": ["msgpack", b"\x80"],
+        "metadata": ["msgpack", b"\x80"],
+        "values": {"recent": [2, VALUE_WINDOW, "msgpack", b"\x90", *base]},
+        "refs": {"recent": [2, "c1"]},
+    }
+    codec = Codec()
+    data = codec.encode(
+        RecordKind.CHECKPOINT, checkpoint_identity("t", "", "c1", "c0"), pack(content)
+    )
+    with pytest.raises(RecordDamagedError):
+        decode_checkpoint(codec, data)
+
+
+@pytest.mark.parametrize("newer", ["value encoding", "content version"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_record_from_a_newer_version_is_an_error_not_damage(tmp_path, capsys, backend, newer):
+    """A record that verifies but holds what only a newer version knows is left alone:
+    skipping it would resume the thread from an older checkpoint than its newest."""
+    from langgraph_checkpoint_verified import NewerFormatError
+    from langgraph_checkpoint_verified.records import keys
+    from langgraph_checkpoint_verified.records.format import pack, unpack
+
+    saver = open_saver(backend, tmp_path)
+    graph = recent_graph(saver)
+    config = {"configurable": {"thread_id": "notes"}}
+    for _ in range(3):
+        graph.invoke({"recent": []}, config)
+    newest = saver.get_tuple(config).checkpoint["id"]
+    key = keys.checkpoint_key("notes", "", newest)
+    header, content = saver.codec.decode_with_header(saver.storage.read(key), RecordKind.CHECKPOINT)
+    body = unpack(content)
+    if newer == "value encoding":
+        body["values"]["recent"][1] = 7
+    else:
+        body["v"] = 2
+    newer_record = saver.codec.encode(RecordKind.CHECKPOINT, header.identity, pack(body))
+    saver.storage.write(key, newer_record)
+
+    for reader in {saver, open_saver(backend, tmp_path) if backend == "files" else saver}:
+        with pytest.raises(NewerFormatError, match="newer version"):
+            reader.get_tuple(config)
+        with pytest.raises(NewerFormatError):
+            graph.invoke({"recent": []}, config)
+        assert reader.stats.damaged_records == reader.stats.quarantined_records == 0
+    if backend == "files":
+        # the command line says so and stops (exit 2: could not run), moving nothing
+        from langgraph_checkpoint_verified.cli import main
+
+        assert main(["verify", str(tmp_path / "store")]) == 2
+        assert "newer version" in capsys.readouterr().err
+    assert saver.storage.read(key) == newer_record
+    assert not [k for k in saver.storage.walk("") if k.startswith("quarantine")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_read_between_two_puts_does_not_stop_a_chain(tmp_path, backend):
+    """A server answers ``get_state`` while a run goes on: the reader gets copies of
+    the lists, and the run's next put still extends the list it stored last."""
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+
+    saver = open_saver(backend, tmp_path)
+    config: dict = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    log: list = []
+    for version in range(1, 6):
+        log = [*log[-3:], HumanMessage(content=f"message {version}")]
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = str(uuid6(clock_seq=version))
+        checkpoint["channel_values"] = {"log": log}
+        checkpoint["channel_versions"] = {"log": version}
+        config = saver.put(config, checkpoint, {"step": version}, {"log": version})
+        assert saver.get_tuple(config).checkpoint["channel_values"]["log"] == log
+    assert [encoding for encoding, _ in value_encodings(saver, "log")] == [
+        VALUE_FULL,
+        *[VALUE_EXTEND] * 3,
+        VALUE_WINDOW,
+    ]

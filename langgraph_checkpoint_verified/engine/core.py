@@ -463,9 +463,8 @@ class Engine:
         if remember_lists:
             for channel, value in channel_values.items():
                 version, holder_id = record.refs[channel]
-                depth = len(entries[channel]) - 1
                 where = (thread_id, checkpoint_ns, channel)
-                self.lists.remember(where, version, holder_id, value, depth)
+                self.lists.remember(where, version, holder_id, value, entries[channel])
         checkpoint: Checkpoint = {  # type: ignore[typeddict-item]
             **self.serde.loads_typed(record.checkpoint),
             "channel_values": channel_values,

@@ -206,7 +206,7 @@ class RecordReader:
                 f"checkpoint {holder_id}"
             )
         if stored.encoding == VALUE_FULL:
-            return [(stored.typed, None)]
+            return [(stored.typed, None, 0)]
         where = (record.thread_id, record.checkpoint_ns, channel)
         known = self.parts.get(where, holder_id, version)
         if known is not None:

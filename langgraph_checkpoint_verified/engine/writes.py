@@ -172,14 +172,13 @@ class CheckpointWriter:
     ) -> None:
         """Keep a list's parts, so that reading it back does not walk its chain."""
         if stored.base is None:
-            self.parts.put(where, holder_id, stored.version, [(stored.typed, None)])
+            self.parts.put(where, holder_id, stored.version, [(stored.typed, None, 0)])
             return
         base_id, base_version, base_count = stored.base
         base_parts = self.parts.get(where, base_id, base_version)
         if base_parts is not None:
-            self.parts.put(
-                where, holder_id, stored.version, [*base_parts, (stored.typed, base_count)]
-            )
+            part = (stored.typed, base_count, stored.start)
+            self.parts.put(where, holder_id, stored.version, [*base_parts, part])
 
     def _inherited_value(
         self,

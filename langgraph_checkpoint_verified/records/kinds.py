@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph_checkpoint_verified.errors import RecordDamagedError
+from langgraph_checkpoint_verified.errors import NewerFormatError, RecordDamagedError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import Codec, RecordKind, pack, unpack
 
@@ -19,6 +19,10 @@ VALUE_FULL = 0
 """Encoding of a channel value stored whole."""
 VALUE_EXTEND = 1
 """Encoding of a list stored as the items it gained since a base value (see ``records.values``)."""
+VALUE_WINDOW = 2
+"""Encoding of a list stored as a base value less its first items, plus the items it gained:
+a window that slides (``trim_messages``, ``RemoveMessage`` of the oldest messages)."""
+_KNOWN_ENCODINGS = (VALUE_FULL, VALUE_EXTEND, VALUE_WINDOW)
 
 EMPTY_TYPE = "empty"
 """Serializer type tag of a channel that has a version but no value."""
@@ -32,16 +36,20 @@ class StoredValue:
 
     Attributes:
         version: The channel version it is the value of.
-        encoding: ``VALUE_FULL`` or ``VALUE_EXTEND``.
-        typed: The serialized value, or for ``VALUE_EXTEND`` the items appended.
-        base: For ``VALUE_EXTEND``: (checkpoint id of the record holding the base
-            value, the base's version, how many items the base has).
+        encoding: ``VALUE_FULL``, ``VALUE_EXTEND`` or ``VALUE_WINDOW``.
+        typed: The serialized value, or for the other two the items appended.
+        base: For ``VALUE_EXTEND`` and ``VALUE_WINDOW``: (checkpoint id of the
+            record holding the base value, the base's version, how many items the
+            base has).
+        start: For ``VALUE_WINDOW``: how many of the base's first items the value
+            leaves out (at least 1); 0 otherwise.
     """
 
     version: Any
     encoding: int
     typed: Typed
     base: tuple[str, Any, int] | None = None
+    start: int = 0
 
 
 @dataclass
@@ -120,6 +128,8 @@ def decode_checkpoint(
     body = unpack(content)
     try:
         if body["v"] != CONTENT_VERSION:
+            if type(body["v"]) is int and body["v"] > CONTENT_VERSION:
+                raise NewerFormatError(f"checkpoint content version {body['v']}")
             raise RecordDamagedError(f"unknown checkpoint content version {body['v']!r}")
         values = {_str(ch): _unpack_value(packed) for ch, packed in body["values"].items()}
         return CheckpointRecord(
@@ -143,6 +153,8 @@ def _pack_value(stored: StoredValue) -> list[Any]:
     packed = [stored.version, stored.encoding, stored.typed[0], stored.typed[1]]
     if stored.base is not None:
         packed.extend(stored.base)
+    if stored.encoding == VALUE_WINDOW:
+        packed.append(stored.start)
     return packed
 
 
@@ -153,10 +165,26 @@ def _unpack_value(packed: Any) -> StoredValue:
         return StoredValue(version, VALUE_FULL, typed)
     if encoding == VALUE_EXTEND and len(base) == 3:
         holder, base_version, count = base
-        if not isinstance(count, int) or count < 0:
-            raise ValueError(f"base item count {count!r}")
-        return StoredValue(version, VALUE_EXTEND, typed, (_str(holder), base_version, count))
+        return StoredValue(
+            version, VALUE_EXTEND, typed, (_str(holder), base_version, _count(count))
+        )
+    if encoding == VALUE_WINDOW and len(base) == 4:
+        holder, base_version, count, start = base
+        if _count(start) == 0 or start > _count(count):
+            raise ValueError(f"window start {start!r} in a base of {count!r} items")
+        return StoredValue(
+            version, VALUE_WINDOW, typed, (_str(holder), base_version, count), start=start
+        )
+    if type(encoding) is int and encoding not in _KNOWN_ENCODINGS and encoding > 0:
+        # the record verified: a writer that knows more encodings than this reader
+        raise NewerFormatError(f"value encoding {encoding}")
     raise RecordDamagedError(f"value encoding {encoding} with {len(base)} base fields is unknown")
+
+
+def _count(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"item count {value!r}")
+    return value
 
 
 @dataclass

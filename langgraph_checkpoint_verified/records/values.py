@@ -1,11 +1,15 @@
 """The value chain: how a channel value is stored once, and read back.
 
-A channel value is stored in a checkpoint record in one of two encodings:
+A channel value is stored in a checkpoint record in one of three encodings:
 
 * ``VALUE_FULL``: the serialized value itself.
 * ``VALUE_EXTEND``: a list that extends the value an earlier record holds. The
   record stores only the items appended, plus a base: the id of the checkpoint
   whose record holds the earlier value, that value's version and its length.
+* ``VALUE_WINDOW``: the same, for a list that also lost its first items (a
+  window of the latest messages, kept by ``trim_messages`` or by
+  ``RemoveMessage`` of the oldest): the base, how many of its first items the
+  value leaves out, and the items appended.
 
 A chat's message list (``add_messages``) grows by a message or two per step:
 stored whole, it is serialized, compressed and written again at every step,
@@ -15,7 +19,10 @@ and the store grows with the square of the chat's length. Stored as
 A chain of extensions is bounded: after ``max_chain`` extensions the whole
 value is stored again. That bounds what a read decodes (one full value and at
 most ``max_chain`` extensions) and what one damaged record can make unusable
-(the versions until the next full value).
+(the versions until the next full value). A chain with windows in it is
+stored whole again after ``WINDOW_CHAIN`` extensions, or before the items it
+left out outnumber the items it keeps, so a read never decodes more than twice
+the items of the value it returns.
 
 The writer knows a new value extends the previous one without serializing the
 old items: it keeps, per thread, namespace and channel, the list it stored
@@ -43,6 +50,7 @@ from langgraph_checkpoint_verified.records.kinds import (
     EMPTY_TYPE,
     VALUE_EXTEND,
     VALUE_FULL,
+    VALUE_WINDOW,
     CheckpointRecord,
     StoredValue,
     Typed,
@@ -56,6 +64,14 @@ on disk; 200 keeps a 600-step chat's store within 2.5 times a 300-step one's
 (``make bench``), and a read decodes at most one whole value and 200 small
 extensions, most of them from a cache when the process wrote them."""
 
+WINDOW_CHAIN = 4
+"""Extensions in a row before a list that also lost items is stored whole again.
+
+A window's chain saves at most the window's items per step, where a growing
+list's saves the whole list so far: a short chain takes most of that saving (the
+whole window serialized at one step in 9), and a reader new to the thread reads
+at most 8 more records for it."""
+
 _REMEMBERED_LISTS = 1024
 """Lists a put stored, by channel: the threads this process is writing."""
 _READ_LISTS = 128
@@ -64,8 +80,10 @@ checkpoint and puts soon after, so only the runs in flight need theirs. A proces
 reads many threads and writes none (a server answering ``get_state``, the command line)
 keeps no more than this many lists of messages alive."""
 
-ValueParts = list[tuple[Typed, "int | None"]]
-"""A value's serialized parts, oldest first, each with the item count of its base."""
+ValueParts = list[tuple[Typed, "int | None", int]]
+"""A value's serialized parts, oldest first, each with the item count of its base
+(``None`` for the whole value the chain starts with) and how many of the base's
+first items it leaves out (``start``, 0 unless the part is a ``VALUE_WINDOW``)."""
 
 
 class ValueUnavailable(Exception):
@@ -82,6 +100,8 @@ class _Stored:
     checkpoint_id: str
     items: list[Any]
     chain: int
+    dropped: int
+    """Items the chain's windows left out, all told."""
 
 
 class ListMemory:
@@ -101,6 +121,10 @@ class ListMemory:
         >>> stored = memory.encode(("t", "", "messages"), "2", "c2", second, ("1", "c1"), serde)
         >>> stored.encoding, stored.base, serde.loads_typed(stored.typed)
         (1, ('c1', '1', 1), ['b'])
+        >>> third = second[1:] + ["c"]
+        >>> stored = memory.encode(("t", "", "messages"), "3", "c3", third, ("2", "c2"), serde)
+        >>> stored.encoding, stored.base, stored.start, serde.loads_typed(stored.typed)
+        (2, ('c2', '2', 2), 1, ['c'])
     """
 
     def __init__(self, max_chain: int = DEFAULT_MAX_CHAIN) -> None:
@@ -128,53 +152,73 @@ class ListMemory:
             self.forget(where)
             return StoredValue(version, VALUE_FULL, serde.dumps_typed(value))
         with self._lock:
-            last = self._read.pop(where, None) or self._lists.get(where)
+            # the list a run read back, else the one this process stored last: a caller
+            # reading the thread between two puts (get_state) gets copies, not the run's
+            candidates = (self._read.pop(where, None), self._lists.get(where))
         stored: StoredValue | None = None
-        chain = 0
-        if (
-            last is not None
-            and parent_ref is not None
-            # the parent's value is the one remembered: the same version in the same
-            # record (two forks, or two machines, may each make a version number)
-            and parent_ref == (last.version, last.checkpoint_id)
-            and last.chain < self.max_chain
-            and len(value) >= len(last.items)
-            and all(map(operator.is_, value, last.items))
-        ):
+        chain = dropped = 0
+        for last in candidates:
+            if (
+                last is None
+                or parent_ref is None
+                # the parent's value is the one remembered: the same version in the same
+                # record (two forks, or two machines, may each make a version number)
+                or parent_ref != (last.version, last.checkpoint_id)
+                or last.chain >= self.max_chain
+            ):
+                continue
+            start = _window_start(last.items, value)
+            if start is None:
+                continue
+            if last.dropped + start and (
+                last.dropped + start > len(value) or last.chain >= WINDOW_CHAIN
+            ):
+                break  # a window's chain long enough: stored whole
             count = len(last.items)
-            chain = last.chain + 1
+            chain, dropped = last.chain + 1, last.dropped + start
             stored = StoredValue(
                 version,
-                VALUE_EXTEND,
-                serde.dumps_typed(value[count:]),
+                VALUE_WINDOW if start else VALUE_EXTEND,
+                serde.dumps_typed(value[count - start :]),
                 base=(parent_ref[1], last.version, count),
+                start=start,
             )
+            break
         if stored is None:
             stored = StoredValue(version, VALUE_FULL, serde.dumps_typed(value))
         with self._lock:
             # a shallow copy: the caller's list may be appended to in place later
-            self._lists[where] = _Stored(version, checkpoint_id, list(value), chain)
+            self._lists[where] = _Stored(version, checkpoint_id, list(value), chain, dropped)
             self._lists.move_to_end(where)
             while len(self._lists) > _REMEMBERED_LISTS:
                 self._lists.popitem(last=False)
         return stored
 
     def remember(
-        self, where: tuple[str, str, str], version: Any, holder_id: str, value: Any, depth: int
+        self,
+        where: tuple[str, str, str],
+        version: Any,
+        holder_id: str,
+        value: Any,
+        parts: ValueParts,
     ) -> None:
-        """Note a list just read back at ``version`` from ``holder_id``'s record: a put
-        based on it extends it.
+        """Note a list just read back at ``version`` from ``holder_id``'s record, from
+        ``parts``: a put based on it extends it.
 
         LangGraph starts every run from the checkpoint it reads, so the lists a
-        run appends to are the ones ``get_tuple`` returned. ``depth`` is how many
-        extensions the value read back already is, so chains stay bounded.
+        run appends to are the ones ``get_tuple`` returned. The parts say how
+        long the chain already is and what its windows left out, so chains stay
+        bounded.
         """
         if type(value) is not list:
             return
+        stored = _Stored(
+            version, holder_id, list(value), len(parts) - 1, sum(start for *_, start in parts)
+        )
         with self._lock:
             # even after our own put of this version: the run goes on with these objects
             # (kept apart from the lists puts stored until a put extends it: see _READ_LISTS)
-            self._read[where] = _Stored(version, holder_id, list(value), depth)
+            self._read[where] = stored
             self._read.move_to_end(where)
             while len(self._read) > _READ_LISTS:
                 self._read.popitem(last=False)
@@ -189,6 +233,26 @@ class ListMemory:
             for lists in (self._lists, self._read):
                 for where in [w for w in lists if w[0] == thread_id]:
                     del lists[where]
+
+
+def _window_start(base: list[Any], value: Any) -> int | None:
+    """How many of ``base``'s first items ``value`` leaves out, if ``value`` is the rest
+    of ``base`` (the same objects) followed by new items; ``None`` otherwise."""
+    if type(value) is not list:
+        return None
+    if len(value) >= len(base) and all(map(operator.is_, value, base)):
+        return 0  # grew only: the usual case, checked first
+    if not base or not value:
+        return len(base) if not value else None
+    first = value[0]
+    for start in range(1, len(base)):
+        if base[start] is first:
+            kept = len(base) - start
+            if len(value) >= kept and all(map(operator.is_, value[1:kept], base[start + 1 :])):
+                return start
+            return None
+    # none of base is kept: a window that moved past all of it is stored whole
+    return None
 
 
 class PartsCache:
@@ -248,11 +312,11 @@ def value_parts(
     seen: set[str] = set()
     while True:
         if current.encoding == VALUE_FULL:
-            parts.append((current.typed, None))
+            parts.append((current.typed, None, 0))
             break
         assert current.base is not None  # decode_checkpoint guarantees it
         base_id, base_version, base_count = current.base
-        parts.append((current.typed, base_count))
+        parts.append((current.typed, base_count, current.start))
         known = cached(base_id, base_version)
         if known is not None:
             parts.reverse()
@@ -274,13 +338,12 @@ def value_parts(
 def load_value(loads: Callable[[Typed], Any], parts: ValueParts) -> Any:
     """Deserialize a value from its parts (see ``value_parts``) with ``loads``
     (a serializer's ``loads_typed``, or ``DecodedValues.loads`` bound to one)."""
-    (first, _), rest = parts[0], parts[1:]
-    value = loads(first)
-    if not rest:
+    value = loads(parts[0][0])
+    if len(parts) == 1:
         return value
     if type(value) is not list:
         raise RecordDamagedError(f"an extended value's base is a {type(value).__name__}")
-    for typed, base_count in rest:
+    for typed, base_count, start in parts[1:]:
         if len(value) != base_count:
             raise RecordDamagedError(
                 f"an extension expects {base_count} items before it, found {len(value)}"
@@ -288,6 +351,8 @@ def load_value(loads: Callable[[Typed], Any], parts: ValueParts) -> Any:
         items = loads(typed)
         if type(items) is not list:
             raise RecordDamagedError(f"an extension holds a {type(items).__name__}")
+        if start:
+            del value[:start]
         value.extend(items)
     return value
 

@@ -405,6 +405,32 @@ def test_the_greatest_names_of_a_long_directory_read_its_last_blocks_alone(tmp_p
     assert lazy.greatest_names_under("threads/t/ns/none", 3) == []
 
 
+def test_the_greatest_name_after_a_write_into_the_last_block_reads_no_other_block(tmp_path):
+    """Opening a thread applies the entries appended after its hint: a new checkpoint's
+    key takes the hint's last block in. Its newest checkpoint is then in that block, and
+    the block before it is not read for it."""
+    prefix = "threads/t/ns/~/checkpoints"
+    keys = [f"{prefix}/1f0{n:05d}.ckpt" for n in range(2000)]
+    hint = tmp_path / HINT_NAME
+    hint.write_bytes(encode_hint(TAIL, 10**9, [(k, n * 10, 10) for n, k in enumerate(keys)]))
+    stat = hint.stat()
+    lazy = HintedDirectory(str(hint), (stat.st_ino, stat.st_size), lazy_index(hint), None)
+    blocks = len(lazy._unread)
+    lazy.apply({f"{prefix}/2f000000.ckpt": (20_000, 10)})  # appended after the hint
+    assert blocks - len(lazy._unread) == 1
+    assert lazy.greatest_name_under(prefix) == "2f000000.ckpt"
+    assert blocks - len(lazy._unread) == 1
+    assert lazy.greatest_names_under(prefix, 3) == [
+        "2f000000.ckpt",
+        *[key.rpartition("/")[2] for key in keys[:-3:-1]],
+    ]
+    assert blocks - len(lazy._unread) == 1
+    # the same asked of a directory whose last block was read for no write: as before
+    other = HintedDirectory(str(hint), (stat.st_ino, stat.st_size), lazy_index(hint), None)
+    assert other.greatest_name_under(prefix) == keys[-1].rpartition("/")[2]
+    assert blocks - len(other._unread) == 1
+
+
 def lazy_index(hint):
     return decode_hint_index(hint.read_bytes(), lambda end: TAIL, 10**9)
 

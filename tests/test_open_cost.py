@@ -32,6 +32,7 @@ from logtools import lose_parity
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.records.keys import thread_prefix
+from langgraph_checkpoint_verified.storage.log import hint_file
 from langgraph_checkpoint_verified.storage.log.entries import (
     HEADER_SIZE,
     LOG_TAIL_SIZE,
@@ -40,6 +41,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
 )
 from langgraph_checkpoint_verified.storage.log.file_storage import (
     HINT_AFTER_BYTES,
+    HINT_AFTER_ENTRIES,
     HINT_NAME,
     LOG_NAME,
     PARITY_NAME,
@@ -228,8 +230,8 @@ def test_a_thread_no_process_read_yet_is_opened_from_the_hint_its_writer_left(
 ):
     """The writer knows every key as it appends: it leaves a hint once the log has grown
     far enough past the last one, so a new process reads the hint and the tail after it
-    (at most ``HINT_AFTER_BYTES`` or the hint's size, read in windows that double, so at
-    most about twice that), never the whole log."""
+    (at most ``HINT_AFTER_BYTES`` or a quarter of the hint's size, read in windows that
+    double, so at most about twice that), never the whole log."""
     root = tmp_path / "store"
     last = build_store(root, 2_000, other_threads=0)
     log, hint = log_of(root, "long"), log_of(root, "long").parent / HINT_NAME
@@ -241,7 +243,7 @@ def test_a_thread_no_process_read_yet_is_opened_from_the_hint_its_writer_left(
     assert latest.config == last
     records, scans = split_reads(reads, log)
     scanned = sum(size for _, size in scans)
-    assert scanned <= 2 * max(HINT_AFTER_BYTES, writers_hint.st_size) + TAIL_WINDOW
+    assert scanned <= 2 * max(HINT_AFTER_BYTES, writers_hint.st_size // 4) + TAIL_WINDOW
     assert scanned < log.stat().st_size
     assert 1 <= len(records) <= MAX_RECORDS_FOR_LATEST
     read_of_hint = sum(size for path, _, size in reads if path == str(hint))
@@ -250,12 +252,20 @@ def test_a_thread_no_process_read_yet_is_opened_from_the_hint_its_writer_left(
         hint_bytes, lambda end: log_bytes[end - LOG_TAIL_SIZE : end], len(log_bytes)
     )
     assert hint_index is not None
-    if scan(log_bytes)[2] - hint_index.end < HINT_AFTER_BYTES:
+    past_hint = scan(log_bytes, hint_index.end)[0]
+    if scan(log_bytes)[2] - hint_index.end < HINT_AFTER_BYTES and (
+        len(past_hint) < HINT_AFTER_ENTRIES
+    ):
         # the writer's hint, read a few blocks of it
         assert read_of_hint < writers_hint.st_size / 2
         assert hint.stat().st_ino == writers_hint.st_ino
     else:  # a reader that scanned that much leaves a new hint
         assert hint.stat().st_ino != writers_hint.st_ino
+        counter.take()
+        VerifiedSaver(root).get_tuple(LONG)  # ...and the next one scans nothing of the log
+        _, reads = counter.take()
+        # nothing of the log but a look at the room after its entries
+        assert all(offset >= scan(log_bytes)[2] for offset, _ in split_reads(reads, log)[1])
 
 
 @pytest.mark.parametrize("parity", ["kept", "lost"])
@@ -266,7 +276,11 @@ def test_the_log_past_a_hint_is_read_as_far_as_its_parity_reaches_in_one_read(
     record covers what was synced): the first read reaches there, a block beyond, and no
     further. With no parity to say, windows from ``TAIL_WINDOW`` that double."""
     root = tmp_path / "store"
+    # a writer that leaves its hints further apart than the default, so that the one it
+    # left is far behind the log's end
+    monkeypatch.setattr(hint_file, "HINT_AFTER_BYTES", 4 * HINT_AFTER_BYTES)
     build_store(root, 2_000, other_threads=0)
+    monkeypatch.undo()
     log = log_of(root, "long")
     log_bytes = log.read_bytes()
     hint_index = decode_hint_index(

@@ -85,6 +85,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
 )
 from langgraph_checkpoint_verified.storage.log.hint_file import (
     HINT_AFTER_BYTES,
+    HINT_AFTER_ENTRIES,
     HINT_NAME,
     hint_due,
     read_hint,
@@ -315,8 +316,8 @@ class FileStorage:
         size = os.fstat(fd).st_size
         if not log.index and size:  # a hint covers the log only: record files are above
             read_hint(log, fd, lambda: self._read_whole(log))
-        self._read_tail(log, fd, size, far=True)
-        if log.end - log.hint_end >= HINT_AFTER_BYTES:
+        scanned = self._read_tail(log, fd, size, far=True)
+        if log.end - log.hint_end >= HINT_AFTER_BYTES or scanned >= HINT_AFTER_ENTRIES:
             # this process read that much to open the thread: the next one need not (the
             # writer's rule lets a long log's hint lag further, for the writer's sake)
             write_hint(log)
@@ -359,12 +360,13 @@ class FileStorage:
                     elif not name.startswith("."):
                         yield f"{thread_key}/{rel}/{name}", f"{dirpath}/{name}"
 
-    def _read_tail(self, log: ThreadLog, fd: int, size: int, *, far: bool = False) -> None:
+    def _read_tail(self, log: ThreadLog, fd: int, size: int, *, far: bool = False) -> int:
         """Read the log from ``log.end`` to ``size`` (the file's size) into the key
         directory: the entries appended since, up to the room or a torn tail. ``far``:
-        from a hint's coverage, which many entries may follow (``read_tail``)."""
+        from a hint's coverage, which many entries may follow (``read_tail``). Returns
+        how many entries were read."""
         if size <= log.end:
-            return
+            return 0
         base = log.end
         tail = read_tail(fd, log.parity, base, size, window=bool(base) and log.room, far=far)
         if tail.healed:
@@ -381,6 +383,7 @@ class FileStorage:
             log.retiring = last.kind == DELETE and last.key == f"{thread_key}/{RETIRED_NAME}"
         if hint_due(log):
             write_hint(log)
+        return len(tail.entries)
 
     def _apply_in_order(self, log: ThreadLog, base: int, tail: Tail, thread_key: str) -> None:
         """Take a tail holding damage (or another thread's entries) into the key directory

@@ -32,8 +32,13 @@ from langgraph_checkpoint_verified.storage.log.thread_log import DamagedEntry, T
 HINT_NAME = "log.hint"
 HINT_AFTER_BYTES = 256 * 1024
 """A process that read this much of a log past its hint to open it leaves a new hint for
-the next one; one that appended or caught up with this much, and the hint's size (see
-``hint_due``), likewise."""
+the next one; one that appended or caught up with this much, and a quarter of the hint's
+size (see ``hint_due``), likewise."""
+HINT_AFTER_ENTRIES = 32
+"""A process that read this many entries past a log's hint to open it leaves a new hint
+too: small entries (a chat's steps) cost a reader per entry more than per byte."""
+HINT_REWRITE_COST = 4
+"""How many bytes of hint a writer may write per byte it appends to the log."""
 
 
 def read_hint(log: ThreadLog, fd: int, rescan: Callable[[], KeyDirectory]) -> None:
@@ -71,12 +76,12 @@ def read_hint(log: ThreadLog, fd: int, rescan: Callable[[], KeyDirectory]) -> No
 
 def hint_due(log: ThreadLog) -> bool:
     """Whether the key directory is worth saving again: the log has grown past its
-    hint by ``HINT_AFTER_BYTES`` and by the hint's own size, so that rewriting the
-    hint costs at most as many bytes as were appended, and what a process opening
-    the thread scans after the hint stays within that."""
+    hint by ``HINT_AFTER_BYTES`` and by a ``HINT_REWRITE_COST``-th of the hint's size,
+    so that rewriting the hint costs at most that many bytes per byte appended, and
+    what a process opening the thread scans after the hint stays within that."""
     if log.holds_damage:
         return False  # no hint is left for a log with damage: do not try at every append
-    return log.end - log.hint_end >= max(HINT_AFTER_BYTES, log.hint_size)
+    return log.end - log.hint_end >= max(HINT_AFTER_BYTES, log.hint_size // HINT_REWRITE_COST)
 
 
 def write_hint(log: ThreadLog) -> None:

@@ -457,12 +457,13 @@ class HintedDirectory(KeyDirectory):
         the key the blocks read start at: every key from there on is known, and no block
         before them holds a greater one."""
         while self._index is not None:
-            pending = [
-                n for n in self._blocks_between(f"{prefix}/", f"{prefix}0") if n in self._unread
-            ]
+            blocks = self._blocks_between(f"{prefix}/", f"{prefix}0")
+            pending = [n for n in blocks if n in self._unread]
             if not pending:
                 return
             last = pending[-1]
+            if last != blocks[-1] and enough(self._index.first_keys[last + 1]):
+                return  # the blocks after it are read (a write into them, say) and suffice
             self._read_blocks((last,))
             if self._index is None or enough(self._index.first_keys[last]):
                 return

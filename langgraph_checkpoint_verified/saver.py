@@ -106,7 +106,10 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             linear in the chat's length (whole copies cost the square of it,
             divided by this). Default: 200 on files and in memory, 16 on an
             object store, where each version in the chain is one more request
-            for a machine that reads the list for the first time.
+            for a machine that reads the list for the first time. A list that
+            also loses its first items (a window of the latest messages) is
+            stored as the items it dropped and gained, and whole again after at
+            most 4 such versions.
 
     Example:
         >>> import tempfile

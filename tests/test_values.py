@@ -431,3 +431,28 @@ def test_a_read_between_two_puts_does_not_stop_a_chain(tmp_path, backend):
         *[VALUE_EXTEND] * 3,
         VALUE_WINDOW,
     ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("maintenance", ["prune", "delete_for_runs"])
+def test_maintenance_keeps_windows_whole(tmp_path, backend, maintenance):
+    saver = open_saver(backend, tmp_path)
+    graph = trimmed_chat_graph(saver)
+    config = {"configurable": {"thread_id": "chat"}}
+    rng = random.Random(13)
+    runs = []
+    for _ in range(9):
+        runs.append(str(uuid.uuid4()))
+        graph.invoke(say(rng), {"configurable": {"thread_id": "chat", "run_id": runs[-1]}})
+    assert VALUE_WINDOW in [encoding for encoding, _ in value_encodings(saver, "messages")]
+    before = graph.get_state(config).values
+    if maintenance == "prune":
+        saver.prune(["chat"])
+    else:
+        saver.delete_for_runs(runs[:-1])
+    assert saver.verify().ok
+    reread = VerifiedSaver(tmp_path / "store") if backend == "files" else saver
+    assert trimmed_chat_graph(reread).get_state(config).values == before
+    graph.invoke(say(rng), config)
+    after = contents(graph.get_state(config).values)
+    assert len(after) == WINDOW and after[:-2] == contents(before)[2:]

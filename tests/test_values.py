@@ -456,3 +456,22 @@ def test_maintenance_keeps_windows_whole(tmp_path, backend, maintenance):
     graph.invoke(say(rng), config)
     after = contents(graph.get_state(config).values)
     assert len(after) == WINDOW and after[:-2] == contents(before)[2:]
+
+
+def test_an_object_store_stores_windows_whole():
+    """On an object store each version of a chain is one more request, one after the
+    other, for a machine reading the thread first: a window is stored whole there."""
+    from obstore.store import MemoryStore
+
+    from langgraph_checkpoint_verified import ObjectStorage
+
+    saver = VerifiedSaver(storage=ObjectStorage(store=MemoryStore()))
+    ours, reference = trimmed_chat_graph(saver), trimmed_chat_graph(InMemorySaver())
+    config = {"configurable": {"thread_id": "chat"}}
+    for graph in (ours, reference):
+        rng = random.Random(21)
+        for _ in range(8):
+            graph.invoke(say(rng), config)
+    assert history(ours, config) == history(reference, config)
+    encodings = [encoding for encoding, _ in value_encodings(saver, "messages")]
+    assert VALUE_WINDOW not in encodings and VALUE_EXTEND in encodings

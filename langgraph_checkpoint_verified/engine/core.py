@@ -41,6 +41,7 @@ from langgraph_checkpoint_verified.records.format import Codec
 from langgraph_checkpoint_verified.records.kinds import Typed
 from langgraph_checkpoint_verified.records.values import (
     DEFAULT_MAX_CHAIN,
+    WINDOW_CHAIN,
     ListMemory,
     PartsCache,
     is_empty,
@@ -111,7 +112,10 @@ class Engine:
         # unchanged: another process may have rewritten them (prune, delete_for_runs) since.
         self.records = RecordCache()
         # The last list stored per channel, so the next put stores only what it gained.
-        self.lists = ListMemory(max_chain=list_chain_limit)
+        self.lists = ListMemory(
+            max_chain=list_chain_limit,
+            window_chain=getattr(storage, "window_chain_limit", WINDOW_CHAIN),
+        )
         self.parts = PartsCache()
         # Values read more than once: copied, not deserialized again.
         self.decoded = DecodedValues()

@@ -65,7 +65,8 @@ on disk; 200 keeps a 600-step chat's store within 2.5 times a 300-step one's
 extensions, most of them from a cache when the process wrote them."""
 
 WINDOW_CHAIN = 4
-"""Extensions in a row before a list that also lost items is stored whole again.
+"""Extensions in a row before a list that also lost items is stored whole again (a
+store may ask for fewer: ``window_chain_limit``, 0 on an object store).
 
 A window's chain saves at most the window's items per step, where a growing
 list's saves the whole list so far: a short chain takes most of that saving (the
@@ -109,6 +110,7 @@ class ListMemory:
 
     Args:
         max_chain: Extensions in a row before the value is stored whole again.
+        window_chain: The same, for a chain in which the list also lost items.
 
     Example:
         >>> from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -127,8 +129,11 @@ class ListMemory:
         (2, ('c2', '2', 2), 1, ['c'])
     """
 
-    def __init__(self, max_chain: int = DEFAULT_MAX_CHAIN) -> None:
+    def __init__(
+        self, max_chain: int = DEFAULT_MAX_CHAIN, window_chain: int = WINDOW_CHAIN
+    ) -> None:
         self.max_chain = max_chain
+        self.window_chain = window_chain
         self._lists: OrderedDict[tuple[str, str, str], _Stored] = OrderedDict()
         self._read: OrderedDict[tuple[str, str, str], _Stored] = OrderedDict()
         self._lock = threading.Lock()
@@ -171,7 +176,7 @@ class ListMemory:
             if start is None:
                 continue
             if last.dropped + start and (
-                last.dropped + start > len(value) or last.chain >= WINDOW_CHAIN
+                last.dropped + start > len(value) or last.chain >= self.window_chain
             ):
                 break  # a window's chain long enough: stored whole
             count = len(last.items)

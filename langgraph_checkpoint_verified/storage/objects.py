@@ -99,6 +99,10 @@ except ImportError:  # pragma: no cover - the [s3] extra is not installed
 LIST_CHAIN_LIMIT = 16
 """A list stored as what it gained is stored whole again after this many versions: a
 machine reading it for the first time makes one request per version of the chain."""
+WINDOW_CHAIN_LIMIT = 0
+"""A list that also loses items (a window of the latest messages) is stored whole at each
+version: what a window saves is bounded by the window, and each version of its chain
+would be one more request, one after the other, for a machine reading it first."""
 T = TypeVar("T")
 
 HEAD_EVERY = 64
@@ -212,6 +216,7 @@ class ObjectStorage(OneRecordPerWrite):
         self.store = store
         self.fresh_for = float(fresh_for)
         self.list_chain_limit = LIST_CHAIN_LIMIT
+        self.window_chain_limit = WINDOW_CHAIN_LIMIT
         self.awaits_io = async_bridge.AVAILABLE
         """The saver's async twins run its core on the store's event loop thread,
         requests awaited through obstore's async API (see ``storage.async_bridge``)."""

@@ -161,32 +161,6 @@ def test_forks_and_replacements_are_stored_as_what_they_are(tmp_path, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("maintenance", ["prune", "delete_for_runs"])
-def test_maintenance_keeps_extended_values_whole(tmp_path, backend, maintenance):
-    saver = open_saver(backend, tmp_path)
-    graph = chat_graph(saver)
-    config = {"configurable": {"thread_id": "chat"}}
-    rng = random.Random(11)
-    runs = []
-    for _ in range(8):
-        runs.append(str(uuid.uuid4()))
-        graph.invoke(say(rng), {"configurable": {"thread_id": "chat", "run_id": runs[-1]}})
-    before = graph.get_state(config).values
-    kept_history = [s.values for s in graph.get_state_history(config)][:3]  # the last run
-    if maintenance == "prune":
-        saver.prune(["chat"])
-    else:
-        saver.delete_for_runs(runs[:-1])
-    assert saver.verify().ok
-    reread = VerifiedSaver(tmp_path / "store") if backend == "files" else saver
-    assert chat_graph(reread).get_state(config).values == before
-    if maintenance == "delete_for_runs":
-        assert [s.values for s in chat_graph(reread).get_state_history(config)] == kept_history
-    graph.invoke(say(rng), config)
-    assert len(graph.get_state(config).values["messages"]) == len(before["messages"]) + 2
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_two_forks_that_make_the_same_version_number_keep_their_own_lists(tmp_path, backend):
     """A version number alone does not name a value: two forks (on two machines, or a
     caller with its own version scheme) may each make the same one."""
@@ -433,29 +407,39 @@ def test_a_read_between_two_puts_does_not_stop_a_chain(tmp_path, backend):
     ]
 
 
+@pytest.mark.parametrize("shape", ["growing", "window"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("maintenance", ["prune", "delete_for_runs"])
-def test_maintenance_keeps_windows_whole(tmp_path, backend, maintenance):
+def test_maintenance_keeps_chained_values_whole(tmp_path, shape, backend, maintenance):
     saver = open_saver(backend, tmp_path)
-    graph = trimmed_chat_graph(saver)
+    build = chat_graph if shape == "growing" else trimmed_chat_graph
+    graph = build(saver)
     config = {"configurable": {"thread_id": "chat"}}
-    rng = random.Random(13)
+    rng = random.Random(11)
     runs = []
-    for _ in range(9):
+    for _ in range(8):
         runs.append(str(uuid.uuid4()))
         graph.invoke(say(rng), {"configurable": {"thread_id": "chat", "run_id": runs[-1]}})
-    assert VALUE_WINDOW in [encoding for encoding, _ in value_encodings(saver, "messages")]
+    chained = VALUE_EXTEND if shape == "growing" else VALUE_WINDOW
+    assert chained in [encoding for encoding, _ in value_encodings(saver, "messages")]
     before = graph.get_state(config).values
+    every = [s.values for s in graph.get_state_history(config)]
+    kept_history = every[: len(every) // len(runs)]  # the last run's
     if maintenance == "prune":
         saver.prune(["chat"])
     else:
         saver.delete_for_runs(runs[:-1])
     assert saver.verify().ok
     reread = VerifiedSaver(tmp_path / "store") if backend == "files" else saver
-    assert trimmed_chat_graph(reread).get_state(config).values == before
+    assert build(reread).get_state(config).values == before
+    if maintenance == "delete_for_runs":
+        assert [s.values for s in build(reread).get_state_history(config)] == kept_history
     graph.invoke(say(rng), config)
     after = contents(graph.get_state(config).values)
-    assert len(after) == WINDOW and after[:-2] == contents(before)[2:]
+    if shape == "growing":
+        assert len(after) == len(before["messages"]) + 2
+    else:
+        assert len(after) == WINDOW and after[:-2] == contents(before)[2:]
 
 
 def test_an_object_store_stores_windows_whole():

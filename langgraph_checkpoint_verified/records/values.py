@@ -70,8 +70,8 @@ store may ask for fewer: ``window_chain_limit``, 0 on an object store).
 
 A window's chain saves at most the window's items per step, where a growing
 list's saves the whole list so far: a short chain takes most of that saving (the
-whole window serialized at one step in 9), and a reader new to the thread reads
-at most 8 more records for it."""
+whole window serialized at one step in 5), and a reader new to the thread reads
+at most 4 more records for it."""
 
 _REMEMBERED_LISTS = 1024
 """Lists a put stored, by channel: the threads this process is writing."""

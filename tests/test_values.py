@@ -89,16 +89,23 @@ def history(graph: Any, config: dict) -> list[Any]:
     ]
 
 
+def side_by_side(build: Any, saver: VerifiedSaver, *, seed: int, turns: int) -> tuple:
+    """The same chat run by a graph on ``saver`` and one on InMemorySaver: both graphs and
+    the config, once every checkpoint of the one reads back as the other's."""
+    ours, reference = build(saver), build(InMemorySaver())
+    config = {"configurable": {"thread_id": "chat"}}
+    for graph in (ours, reference):
+        rng = random.Random(seed)
+        for _ in range(turns):
+            graph.invoke(say(rng), config)
+    assert history(ours, config) == history(reference, config)
+    return ours, reference, config
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_chat_reads_back_what_in_memory_saver_returns(tmp_path, backend):
     saver = open_saver(backend, tmp_path, list_chain_limit=7)
-    ours, reference = chat_graph(saver), chat_graph(InMemorySaver())
-    config = {"configurable": {"thread_id": "chat"}}
-    for graph in (ours, reference):
-        rng = random.Random(1)
-        for _ in range(25):
-            graph.invoke(say(rng), config)
-    assert history(ours, config) == history(reference, config)
+    ours, reference, config = side_by_side(chat_graph, saver, seed=1, turns=25)
     encodings = messages_encodings(saver)
     assert encodings.count(VALUE_EXTEND) > encodings.count(VALUE_FULL) * 3
     # every chain is bounded: a whole value at least every 7 extensions
@@ -251,13 +258,7 @@ def test_a_trimmed_chat_is_stored_as_windows_and_reads_back_what_in_memory_saver
     tmp_path, backend
 ):
     saver = open_saver(backend, tmp_path)
-    ours, reference = trimmed_chat_graph(saver), trimmed_chat_graph(InMemorySaver())
-    config = {"configurable": {"thread_id": "chat"}}
-    for graph in (ours, reference):
-        rng = random.Random(21)
-        for _ in range(20):
-            graph.invoke(say(rng), config)
-    assert history(ours, config) == history(reference, config)
+    ours, reference, config = side_by_side(trimmed_chat_graph, saver, seed=21, turns=20)
     assert len(ours.get_state(config).values["messages"]) == WINDOW
 
     encodings = value_encodings(saver, "messages")
@@ -450,12 +451,6 @@ def test_an_object_store_stores_windows_whole():
     from langgraph_checkpoint_verified import ObjectStorage
 
     saver = VerifiedSaver(storage=ObjectStorage(store=MemoryStore()))
-    ours, reference = trimmed_chat_graph(saver), trimmed_chat_graph(InMemorySaver())
-    config = {"configurable": {"thread_id": "chat"}}
-    for graph in (ours, reference):
-        rng = random.Random(21)
-        for _ in range(8):
-            graph.invoke(say(rng), config)
-    assert history(ours, config) == history(reference, config)
+    ours, reference, config = side_by_side(trimmed_chat_graph, saver, seed=21, turns=8)
     encodings = [encoding for encoding, _ in value_encodings(saver, "messages")]
     assert VALUE_WINDOW not in encodings and VALUE_EXTEND in encodings

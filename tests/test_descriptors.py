@@ -251,11 +251,12 @@ def test_close_lets_go_of_the_files_kept_open_at_once(tmp_path):
 def test_a_durable_call_on_a_warm_thread_reads_two_headers(tmp_path, monkeypatch):
     """What a ``put`` or ``put_writes`` reads, once the thread is warm: under the log's
     ``flock``, the entry header where this process knows the log to end (zeros: nobody
-    appended) and the parity record of that stripe (it covers nothing there: no synced
-    entry was lost in the room). Nothing else, not even the look again
-    when the put reads its parent's stamp: nobody can append while the lock is held."""
+    appended) and the header of that stripe's parity record (it covers nothing there: no
+    synced entry was lost in the room; its parity is not read). Nothing else, not even
+    the look again when the put reads its parent's stamp: nobody can append while the
+    lock is held."""
     from langgraph_checkpoint_verified.storage.log.entries import HEADER_SIZE as ENTRY_HEADER
-    from langgraph_checkpoint_verified.storage.log.parity import RECORD_SIZE as PARITY_RECORD
+    from langgraph_checkpoint_verified.storage.log.parity import HEADER_SIZE as PARITY_HEADER
 
     graph, config = warm_thread(tmp_path / "store")
     saver = graph.checkpointer
@@ -293,7 +294,7 @@ def test_a_durable_call_on_a_warm_thread_reads_two_headers(tmp_path, monkeypatch
     assert {name for name, _ in per_call} == {"put", "put_writes"}
     assert len(per_call) >= 3 * TURNS
     for name, sizes in per_call:
-        assert sizes == sorted([ENTRY_HEADER, PARITY_RECORD]), (name, sizes)
+        assert sizes == sorted([ENTRY_HEADER, PARITY_HEADER]), (name, sizes)
     assert graph.get_state(config).values["turns"] == 3 + TURNS
 
 
@@ -342,6 +343,37 @@ def test_a_new_threads_first_put_makes_its_directory_and_log_and_looks_for_nothi
     assert not [call for call in under if call[0] == "stat" and call[1] == thread_dir], under
     assert not [call for call in under if call[1].endswith(".hint")], under
     assert not [call for call in under if call[0] == "pread"], under
+    # the parity sidecar, made before the log, is opened once: its first record is
+    # written through the descriptor that made it
+    parity = f"{thread_dir}/log.parity"
+    assert [call for call in under if call == ("open", parity)] == [("open", parity)], under
     assert (
         saver.get_tuple({"configurable": {"thread_id": "new"}}).checkpoint["id"] == checkpoint["id"]
     )
+
+
+def test_reading_a_thread_that_does_not_exist_looks_at_each_path_once(tmp_path, monkeypatch):
+    """A new conversation begins with ``get_tuple`` of a thread nobody wrote: its log is
+    looked up once and its directory listed once (for records of the layout before
+    logs), not once for the stamp of the newest checkpoint and again for the read."""
+    root = tmp_path / "store"
+    saver = VerifiedSaver(root)
+    graph = build_graph(saver)
+    graph.invoke({"messages": [("user", "warm")]}, {"configurable": {"thread_id": "old"}})
+    calls: list[tuple[str, str]] = []
+    real = {name: getattr(os, name) for name in ("open", "stat", "lstat", "listdir", "scandir")}
+
+    def wrapped(name):
+        def call(path, *args, **kwargs):
+            calls.append((name, os.fspath(path)))
+            return real[name](path, *args, **kwargs)
+
+        return call
+
+    for name in real:
+        monkeypatch.setattr(os, name, wrapped(name))
+    thread_dir = str(root / "threads" / "absent")
+    assert saver.get_tuple({"configurable": {"thread_id": "absent"}}) is None
+    under = [(name, path) for name, path in calls if path.startswith(thread_dir)]
+    assert len(under) == 2, under
+    assert {path for _, path in under} == {f"{thread_dir}/log", thread_dir}, under

@@ -37,18 +37,22 @@ def log_of(root: Path) -> Path:
 
 
 class PathLooks:
-    """Counts ``os.stat`` of the log's path."""
+    """Counts the looks at the log's path: an ``os.stat`` of it, or an ``os.open`` by it
+    (a process opens a log it has not opened yet with no ``stat`` first)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, log: Path) -> None:
         self.count = 0
-        real = os.stat
 
-        def counted(path, *args, **kwargs):
-            if str(path) == str(log):
-                self.count += 1
-            return real(path, *args, **kwargs)
+        def counting(real):
+            def counted(path, *args, **kwargs):
+                if str(path) == str(log):
+                    self.count += 1
+                return real(path, *args, **kwargs)
 
-        monkeypatch.setattr(os, "stat", counted)
+            return counted
+
+        monkeypatch.setattr(os, "stat", counting(os.stat))
+        monkeypatch.setattr(os, "open", counting(os.open))
 
 
 def test_a_warm_log_is_appended_to_and_read_with_no_look_at_its_path(tmp_path, monkeypatch):

@@ -176,6 +176,19 @@ class Engine:
         much (every record its values are kept in) but deserializes no channel
         value and no pending write, as ``list_checkpoints`` does: for summaries.
         """
+        # one look at the log for the stamp and every read after it (both see the
+        # thread as it was then): on a new thread, one lookup of a log that is not there
+        with self.storage.consistent_reads(keys.thread_prefix(thread_id)):
+            return self._latest_valid(thread_id, checkpoint_ns, strict, holders, values)
+
+    def _latest_valid(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        strict: bool | None,
+        holders: dict[str, Any] | None,
+        values: bool,
+    ) -> CheckpointTuple | None:
         prefix = keys.thread_prefix(thread_id)
         # the newest read before, its parts used again while the thread is unchanged
         stamp = self.storage.thread_stamp(prefix) if values and holders is None else None
@@ -192,7 +205,7 @@ class Engine:
         saw_any = False
         found: CheckpointTuple | None = None
         # the damaged checkpoints skipped are moved aside together, then reported
-        with self.storage.consistent_reads(prefix), self.reporter.moving_together():
+        with self.reporter.moving_together():
             for checkpoint_id in self.reader.newest_first(thread_id, checkpoint_ns):
                 saw_any = True
                 try:

@@ -239,14 +239,15 @@ class FileStorage:
     def _refresh(self, log: ThreadLog, *, appending: bool = False) -> os.stat_result | None:
         """Bring ``log.index`` up to date with the file (caller holds ``log.lock``; with
         ``appending``, the log's ``flock`` too). Returns the ``stat`` of the log's path
-        made to do so, ``None`` if none was needed.
+        (or of the log just opened) made to do so, ``None`` if none was needed.
 
         One read when this process knows the log up to where zeros follow (room
         nobody appended to): the file is then still at its path, since whoever moves
         it appends ``RETIRED_NAME`` first. None at all while this process holds the
         log's ``flock`` for a ``lock`` block: nobody else can append or move it then.
-        Else one ``stat`` of the path says whether it names another file now (read
-        afresh) or how long the file is.
+        A log not open here yet is opened by its path, with no look at the path first
+        (on a network file system each is a round trip). Else one ``stat`` of the path
+        says whether it names another file now (read afresh) or how long the file is.
         """
         views: dict[str, ThreadLog | None] = self._views.__dict__.get("logs", {})
         if log.thread_key in views:
@@ -261,6 +262,8 @@ class FileStorage:
             and ((log.held and log.held_append) or self._nothing_appended(log))
         ):
             return None
+        if log.fd is None:
+            return self._open_log(log)
         try:
             st = os.stat(log.path)
         except (FileNotFoundError, NotADirectoryError):
@@ -269,7 +272,7 @@ class FileStorage:
                 self._rebuild(log, None)
             return None
         if st.st_ino != log.ino:
-            log.close_read()
+            log.close_read(next_ino=st.st_ino)
             try:
                 log.fd = os.open(log.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
@@ -283,6 +286,24 @@ class FileStorage:
             log.room and st.st_size == log.size and self._nothing_appended(log)
         ):
             self._read_tail(log, log.fd, st.st_size)  # type: ignore[arg-type]
+        return st
+
+    def _open_log(self, log: ThreadLog) -> os.stat_result | None:
+        """Open and read the log at its path (none is open here): the ``fstat`` of what
+        was opened, or ``None`` when there is no log there (and the key directory is
+        then what the directory holds of the layout before logs)."""
+        try:
+            fd = os.open(log.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            if log.ino is not None or not log.built:
+                log.close()
+                self._rebuild(log, None)
+            return None
+        st = os.fstat(fd)
+        log.close_read(next_ino=st.st_ino)
+        log.fd, log.ino = fd, st.st_ino
+        log.opening = next(_OPENINGS)
+        self._rebuild(log, fd)
         return st
 
     @staticmethod
@@ -727,6 +748,8 @@ class FileStorage:
                     continue  # the thread's directory was deleted since it was made: again
                 raise StoreWriteError(log.path, exc) from exc
         log.append_fd, log.append_ino = fd, os.fstat(fd).st_ino
+        if created:
+            log.parity.bind(log.append_ino)
         if created and self.fsync:
             try:
                 # the new log's name must survive a crash as much as what it holds

@@ -192,6 +192,32 @@ def encode_parity(log: bytes | memoryview) -> bytes:
 def decode_record(data: bytes | memoryview, number: int) -> StripeRecord | None:
     """Stripe ``number``'s record from its bytes (more may follow); ``None`` when it is
     missing, damaged, or another stripe's."""
+    fields = _checked_header(data, number)
+    if fields is None:
+        return None
+    covered, crcs = fields
+    size = min(covered, BLOCK_SIZE)
+    parity = bytes(data[HEADER_SIZE : HEADER_SIZE + size])
+    if len(parity) != size:
+        return None
+    return StripeRecord(number, covered, crcs, parity + _ZEROS[size:])
+
+
+def decode_covered(data: bytes | memoryview, number: int) -> int | None:
+    """How many bytes of stripe ``number`` its record covers, from the record's first
+    ``HEADER_SIZE`` bytes alone (its parity is not needed to say that); ``None`` when
+    the header is missing, damaged, or another stripe's.
+
+    Example:
+        >>> decode_covered(OpenStripe.from_bytes(3, b"x" * 100).record()[:HEADER_SIZE], 3)
+        100
+    """
+    fields = _checked_header(data, number)
+    return None if fields is None else fields[0]
+
+
+def _checked_header(data: bytes | memoryview, number: int) -> tuple[int, tuple[int, ...]] | None:
+    """``(covered, block CRCs)`` of stripe ``number``'s record header, if it verifies."""
     if len(data) < HEADER_SIZE:
         return None
     header = bytes(data[: _HEADER.size])
@@ -206,11 +232,7 @@ def decode_record(data: bytes | memoryview, number: int) -> StripeRecord | None:
         or not 0 < covered <= STRIPE_SIZE
     ):
         return None
-    size = min(covered, BLOCK_SIZE)
-    parity = bytes(data[HEADER_SIZE : HEADER_SIZE + size])
-    if len(parity) != size:
-        return None
-    return StripeRecord(stripe, covered, tuple(crcs), parity + _ZEROS[size:])
+    return covered, tuple(crcs)
 
 
 def damaged_blocks(data: bytes | memoryview, record: StripeRecord) -> list[int]:
@@ -284,6 +306,7 @@ __all__ = [
     "Rebuilt",
     "StripeRecord",
     "damaged_blocks",
+    "decode_covered",
     "decode_record",
     "encode_parity",
     "parity_holds",

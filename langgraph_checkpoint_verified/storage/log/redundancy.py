@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from langgraph_checkpoint_verified.storage.base import FILE_MODE
 from langgraph_checkpoint_verified.storage.log.parity import (
     BLOCK_SIZE,
+    HEADER_SIZE,
     RECORD_SIZE,
     STRIPE_SIZE,
     OpenStripe,
     StripeRecord,
     damaged_blocks,
+    decode_covered,
     decode_record,
     encode_parity,
     parity_holds,
@@ -148,29 +150,50 @@ class ParityFile:
         return size // RECORD_SIZE * STRIPE_SIZE
 
     def create(self) -> None:
-        """Make the sidecar, empty, if there is none (before its log's first append)."""
-        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | _CLOEXEC, FILE_MODE))
+        """Make the sidecar, empty, if there is none (before its log's first append), and
+        keep it open for the log made next (``bind``): its first append writes through
+        this descriptor, not one opened again."""
+        self.close()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _CLOEXEC, FILE_MODE)
+
+    def bind(self, log_ino: int) -> None:
+        """The log made after ``create`` is ``log_ino``: the descriptor kept is its sidecar's."""
+        if self._fd is not None and self._log_ino is None:
+            self._log_ino = log_ino
+
+    def is_for(self, log_ino: int) -> bool:
+        """Whether what this keeps open is the sidecar of the log ``log_ino``."""
+        return self._fd is not None and self._log_ino == log_ino
 
     def covers_beyond(self, at: int) -> bool | None:
         """Whether the sidecar protects bytes of the log at or after offset ``at``: bytes
         synced there once (a record covers bytes only after their ``fdatasync``). ``None``
         when it cannot say: no sidecar, or no intact record of the stripe ``at`` lies
-        inside (a stripe starting at ``at`` with no record has had nothing written)."""
+        inside (a stripe starting at ``at`` with no record has had nothing written).
+
+        Kept open by this process's appends, the sidecar holds records written whole
+        (by a ``pwrite`` no crash of a process tears; a power cut would have ended
+        this one too): the record's header alone says it, and on a file system where
+        each read is a round trip (FUSE, NFS), that header, written by this process,
+        is read back from its page cache. Opened to answer, the whole record must be
+        there: after a power cut, a record torn at the file's end is none."""
         number = stripe_of(at)
-        if self._fd is not None:  # kept open by this process's appends: no lookup
+        covered: int | None = None
+        if self._fd is not None:
             try:
-                record = decode_record(
-                    os.pread(self._fd, RECORD_SIZE, record_offset(number)), number
+                covered = decode_covered(
+                    os.pread(self._fd, HEADER_SIZE, record_offset(number)), number
                 )
             except OSError:
-                record = None
+                covered = None
         else:
             record = self.record(number)
-        if record is None:
+            covered = None if record is None else record.covered
+        if covered is None:
             if at != number * STRIPE_SIZE or not os.path.exists(self.path):
                 return None
             return False
-        return number * STRIPE_SIZE + record.covered > at
+        return number * STRIPE_SIZE + covered > at
 
     def write_records(self, records: list[tuple[int, bytes]], *, fsync: bool) -> None:
         """Write stripe records (``(stripe, record)``); synced when ``fsync``."""

@@ -110,13 +110,16 @@ class ThreadLog:
         self.close_read()
         self.close_append()
 
-    def close_read(self) -> None:
-        """Forget the file read so far (it was replaced): its descriptor, its parity's."""
+    def close_read(self, next_ino: int | None = None) -> None:
+        """Forget the file read so far (it was replaced): its descriptor, its parity's
+        (kept if it is already the sidecar of ``next_ino``, the file read next: a log
+        this process has just made)."""
         if self.fd is not None:
             os.close(self.fd)
         self.fd = None
         self.ino = None
-        self.parity.close()
+        if next_ino is None or not self.parity.is_for(next_ino):
+            self.parity.close()
         self.healed = set()
 
     def forget_locks_in_child(self) -> None:

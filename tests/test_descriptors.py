@@ -352,10 +352,12 @@ def test_a_new_threads_first_put_makes_its_directory_and_log_and_looks_for_nothi
     )
 
 
-def test_reading_a_thread_that_does_not_exist_looks_at_each_path_once(tmp_path, monkeypatch):
-    """A new conversation begins with ``get_tuple`` of a thread nobody wrote: its log is
-    looked up once and its directory listed once (for records of the layout before
-    logs), not once for the stamp of the newest checkpoint and again for the read."""
+def test_reading_a_thread_looks_up_no_path_its_directory_listing_answers(tmp_path, monkeypatch):
+    """A new conversation begins with ``get_tuple`` of a thread nobody wrote: one listing
+    of its directory (there is none) answers it, with no lookup of a log or of anything
+    else. A thread a process opens for the first time is listed once too (for records of
+    the layout before logs), and the listing says what is there: its log is opened,
+    nothing is looked up by ``stat``."""
     root = tmp_path / "store"
     saver = VerifiedSaver(root)
     graph = build_graph(saver)
@@ -372,8 +374,14 @@ def test_reading_a_thread_that_does_not_exist_looks_at_each_path_once(tmp_path, 
 
     for name in real:
         monkeypatch.setattr(os, name, wrapped(name))
-    thread_dir = str(root / "threads" / "absent")
+    absent = str(root / "threads" / "absent")
     assert saver.get_tuple({"configurable": {"thread_id": "absent"}}) is None
-    under = [(name, path) for name, path in calls if path.startswith(thread_dir)]
-    assert len(under) == 2, under
-    assert {path for _, path in under} == {f"{thread_dir}/log", thread_dir}, under
+    assert [call for call in calls if call[1].startswith(absent)] == [("listdir", absent)]
+
+    calls.clear()
+    old = str(root / "threads" / "old")
+    assert VerifiedSaver(root).get_tuple({"configurable": {"thread_id": "old"}}) is not None
+    under = [call for call in calls if call[1].startswith(old)]
+    assert [call for call in under if call[0] in ("listdir", "scandir")] == [("listdir", old)]
+    assert not [call for call in under if call[0] in ("stat", "lstat")], under
+    assert ("open", f"{old}/log") in under, under

@@ -291,7 +291,20 @@ class FileStorage:
     def _open_log(self, log: ThreadLog) -> os.stat_result | None:
         """Open and read the log at its path (none is open here): the ``fstat`` of what
         was opened, or ``None`` when there is no log there (and the key directory is
-        then what the directory holds of the layout before logs)."""
+        then what the directory holds of the layout before logs).
+
+        A thread this process never looked at is listed first, as its record files of
+        that layout must be anyway: the names say whether it has a log, so a thread
+        nobody wrote (every new conversation's) costs that one call."""
+        names: builtins.list[str] | None = None
+        if not log.built and not log.made_here:
+            try:
+                names = os.listdir(log.directory)
+            except (FileNotFoundError, NotADirectoryError):
+                names = []
+            if LOG_NAME not in names:
+                self._rebuild(log, None, names)
+                return None
         try:
             fd = os.open(log.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except (FileNotFoundError, NotADirectoryError):
@@ -303,7 +316,7 @@ class FileStorage:
         log.close_read(next_ino=st.st_ino)
         log.fd, log.ino = fd, st.st_ino
         log.opening = next(_OPENINGS)
-        self._rebuild(log, fd)
+        self._rebuild(log, fd, names)
         return st
 
     @staticmethod
@@ -315,7 +328,12 @@ class FileStorage:
         header = os.pread(log.fd, HEADER_SIZE, log.end)
         return len(header) == HEADER_SIZE and all_zeros(header)
 
-    def _rebuild(self, log: ThreadLog, fd: int | None) -> None:
+    def _rebuild(
+        self, log: ThreadLog, fd: int | None, names: builtins.list[str] | None = None
+    ) -> None:
+        """Read the log from scratch (``fd``; ``None``: there is none), with the record
+        files of the layout before logs among ``names`` (the directory listed just now;
+        ``None``: list it)."""
         log.built = True
         log.reading = next(_OPENINGS)
         log.retiring = False
@@ -329,7 +347,7 @@ class FileStorage:
         made_here, log.made_here = log.made_here, False  # true of this reading only
         if not made_here:
             thread_key = os.path.relpath(log.directory, self.files.location(""))
-            for key, path in self._record_files(log.directory, thread_key):
+            for key, path in self._record_files(log.directory, thread_key, names):
                 log.index[key] = path
         if fd is None:
             log.fd = None
@@ -355,23 +373,27 @@ class FileStorage:
         log.hint_end, log.hint_size = scratch.hint_end, scratch.hint_size
         return scratch.index
 
-    def _record_files(self, directory: str, thread_key: str) -> Iterator[tuple[str, str]]:
-        """Records stored one file each (the layout before logs), if there are any.
+    def _record_files(
+        self, directory: str, thread_key: str, names: builtins.list[str] | None = None
+    ) -> Iterator[tuple[str, str]]:
+        """Records stored one file each (the layout before logs), if there are any
+        (``names``: the directory's, listed by the caller).
 
         Also removes what a killed compaction left (a temp file beside the log)
         once its writer is gone.
         """
-        try:
-            names = os.listdir(directory)
-        except (FileNotFoundError, NotADirectoryError):
-            return
+        if names is None:
+            try:
+                names = os.listdir(directory)
+            except (FileNotFoundError, NotADirectoryError):
+                return
         for name in names:
             if name.startswith(TEMP_PREFIX):
                 remove_if_abandoned(f"{directory}/{name}")
         for sub in ("ns", "tools"):
-            base = f"{directory}/{sub}"
-            if not os.path.isdir(base):
+            if sub not in names:  # a name the listing does not hold: no look at it
                 continue
+            base = f"{directory}/{sub}"
             for dirpath, dirnames, filenames in os.walk(base):
                 dirnames[:] = [d for d in dirnames if not d.startswith(TEMP_PREFIX)]
                 rel = os.path.relpath(dirpath, directory)

@@ -272,15 +272,13 @@ class FileStorage:
                 self._rebuild(log, None)
             return None
         if st.st_ino != log.ino:
-            log.close_read(next_ino=st.st_ino)
             try:
-                log.fd = os.open(log.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                fd = os.open(log.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
+                log.close_read()
                 self._rebuild(log, None)
                 return None
-            log.ino = os.fstat(log.fd).st_ino
-            log.opening = next(_OPENINGS)
-            self._rebuild(log, log.fd)
+            self._read_opened(log, fd)
             return st
         if st.st_size > log.end and not (
             log.room and st.st_size == log.size and self._nothing_appended(log)
@@ -312,6 +310,13 @@ class FileStorage:
                 log.close()
                 self._rebuild(log, None)
             return None
+        return self._read_opened(log, fd, names)
+
+    def _read_opened(
+        self, log: ThreadLog, fd: int, names: builtins.list[str] | None = None
+    ) -> os.stat_result:
+        """Read the log from ``fd``, just opened at its path, in place of the file read
+        so far (``names``: the thread's directory, if listed just now); its ``fstat``."""
         st = os.fstat(fd)
         log.close_read(next_ino=st.st_ino)
         log.fd, log.ino = fd, st.st_ino

@@ -8,7 +8,14 @@ three ways, in fresh files under ``--dir``, and prints the median per write:
 * ``append``: ``O_APPEND`` writes, the file growing each time (the log today);
 * ``append, preallocated (KEEP_SIZE)``: the same after ``fallocate(KEEP_SIZE)`` of
   the space (Linux; skipped where it is refused);
-* ``overwrite of zeroed space``: ``pwrite`` into space zero-filled and synced first.
+* ``overwrite of zeroed space``: ``pwrite`` into space zero-filled and synced first;
+* ``overwrite of allocated space``: ``pwrite`` into space ``posix_fallocate`` made and
+  synced first (the log's room as it is made today), the mean beside the median: a
+  write into a block still unwritten costs the file system a note that it is.
+
+Then what making the room costs: on a 2 MB file, one append of 1,200 bytes that
+outgrows it, with ``--room``-sized room after it written as zeros or allocated, and
+the sync (the median of ``--writes`` / 10 fresh files each).
 
     python benchmarks/sync_probe.py --dir /path/on/the/store/file/system
 """
@@ -27,7 +34,8 @@ from pathlib import Path
 FALLOC_FL_KEEP_SIZE = 1
 
 
-def timed_writes(path: Path, mode: str, size: int, writes: int) -> float | None:
+def timed_writes(path: Path, mode: str, size: int, writes: int) -> tuple[float, float] | None:
+    """(median, mean) seconds per write and sync; ``None`` where the mode is refused."""
     data = b"x" * size
     flags = os.O_RDWR | os.O_CREAT | (0 if mode == "overwrite" else os.O_APPEND)
     fd = os.open(path, flags, 0o600)
@@ -41,18 +49,48 @@ def timed_writes(path: Path, mode: str, size: int, writes: int) -> float | None:
         if mode == "overwrite":
             os.pwrite(fd, b"\0" * (size * writes), 0)
             os.fsync(fd)
+        if mode == "allocated":
+            os.posix_fallocate(fd, 0, size * writes)
+            os.fsync(fd)
         samples = []
         for n in range(writes):
             started = time.perf_counter()
-            if mode == "overwrite":
+            if mode in ("overwrite", "allocated"):
                 os.pwrite(fd, data, n * size)
             else:
                 os.write(fd, data)
             os.fdatasync(fd)
             samples.append(time.perf_counter() - started)
-        return statistics.median(samples)
+        return statistics.median(samples), statistics.mean(samples)
     finally:
         os.close(fd)
+
+
+LOG_SIZE = 2_000_000
+ENTRY = 1_200
+
+
+def room_making(directory: Path, room: int, how: str, files: int) -> float:
+    """The median time of an append that outgrows a 2 MB file, room made ``how``, synced."""
+    samples = []
+    for n in range(files):
+        path = directory / f"room-{how}-{n}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, b"x" * LOG_SIZE, 0)
+            os.fsync(fd)
+            started = time.perf_counter()
+            if how == "written":
+                os.pwrite(fd, bytes(room), LOG_SIZE + ENTRY)
+            else:
+                os.posix_fallocate(fd, LOG_SIZE + ENTRY, room)
+            os.pwrite(fd, b"e" * ENTRY, LOG_SIZE)
+            os.fdatasync(fd)
+            samples.append(time.perf_counter() - started)
+        finally:
+            os.close(fd)
+            path.unlink()
+    return statistics.median(samples)
 
 
 def main() -> None:
@@ -61,22 +99,40 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=6 * 1024)
     parser.add_argument("--writes", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--room", type=int, nargs="+", default=[20_380, 262_144, 1_048_576], help="bytes"
+    )
     args = parser.parse_args()
     modes = {
         "append": "append",
         "append, preallocated (KEEP_SIZE)": "keep_size",
         "overwrite of zeroed space": "overwrite",
+        "overwrite of allocated space": "allocated",
     }
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         for round_ in range(args.rounds):
             figures = []
             for name, mode in modes.items():
-                median = timed_writes(
+                timed = timed_writes(
                     Path(directory) / f"{mode}-{round_}", mode, args.size, args.writes
                 )
-                shown = "refused" if median is None else f"{median * 1e6:.0f} us"
+                if timed is None:
+                    shown = "refused"
+                else:
+                    shown = f"{timed[0] * 1e6:.0f} us (mean {timed[1] * 1e6:.0f} us)"
                 figures.append(f"{name}: {shown}")
             print(f"round {round_ + 1}: " + "; ".join(figures))
+        for round_ in range(args.rounds):
+            figures = []
+            for room in args.room:
+                written, allocated = (
+                    room_making(Path(directory), room, how, max(args.writes // 10, 1))
+                    for how in ("written", "allocated")
+                )
+                figures.append(
+                    f"{room} B: written {written * 1e6:.0f} us, allocated {allocated * 1e6:.0f} us"
+                )
+            print(f"making room, round {round_ + 1}: " + "; ".join(figures))
 
 
 if __name__ == "__main__":

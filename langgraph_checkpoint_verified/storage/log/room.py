@@ -27,6 +27,14 @@ The room is at least ``MIN_ROOM`` and an eighth of the log, at most ``MAX_ROOM``
 (give or take the 4 KB boundary the file ends on): a thread costs about 20 KB more
 on disk, a long log an eighth more. A log written by a release before the room, or
 compacted, has none until its next append.
+
+The zeros are written, not allocated: space ``posix_fallocate`` reserves reads as
+zeros too, and the append that makes the room is then cheaper (no room's worth of
+bytes to flush), but every later append that first writes into one of its blocks
+costs its sync a note that the block now holds data, which is what the room is
+there to spare: on ext4, appends of 1.2 KB into allocated space synced in about
+what growing the file costs, into written zeros in two thirds of it
+(``benchmarks/sync_probe.py``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,10 @@ call of the second run must cost exactly the figures below.
 
 Each call is one append to the thread's log and one ``fdatasync``, then one ``pwrite``
 of the parity records of the stripes the append touched (``docs/format.md``), which is
-never synced on its own: no new file, no rename, no directory sync.
+never synced on its own: no new file, no rename, no directory sync. A call that ends
+while the next one waits for the thread's lock passes its append on
+(``storage.log.commits``): it costs its append alone, and the next call's one
+``fdatasync`` and one parity ``pwrite`` cover both.
 """
 
 from __future__ import annotations
@@ -64,6 +67,17 @@ EXPECTED = {
         "new_files": NEW_FILES_PER_PUT_WRITES,
         "new_dirs": NEW_DIRS_PER_PUT_WRITES,
     },
+}
+
+# a call whose append the next call's sync covers: its append, nothing else
+PASSED_ON = {
+    "syncs": 0,
+    "writes": 1,
+    "dir_syncs": 0,
+    "renames": 0,
+    "links": 0,
+    "new_files": 0,
+    "new_dirs": 0,
 }
 
 STEPS_PER_RUN = 6
@@ -155,7 +169,11 @@ def steady_state_costs(root: Path, *, fsync: bool, api: str) -> list[tuple[str, 
 def test_each_put_and_put_writes_on_a_warm_thread_costs_the_same(tmp_path, api):
     costs = steady_state_costs(tmp_path / "store", fsync=True, api=api)
     for method, measured in costs:
-        assert measured == EXPECTED[method], f"{method}: measured {measured}"
+        assert measured in (EXPECTED[method], PASSED_ON), f"{method}: measured {measured}"
+    # every call passed on returned once another call's sync covered it: at least one
+    # call of every chain synced
+    passed_on = [measured for _, measured in costs if measured == PASSED_ON]
+    assert len(passed_on) < len(costs) - len(passed_on)
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])

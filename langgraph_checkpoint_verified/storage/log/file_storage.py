@@ -46,6 +46,7 @@ entries, and ``compact`` folds them into the log.
 from __future__ import annotations
 
 import builtins
+import errno
 import itertools
 import os
 import sys
@@ -215,8 +216,8 @@ class FileStorage:
             if not old.writing.acquire(blocking=False):
                 continue
             try:
-                if old.held:
-                    continue  # this very thread holds it locked
+                if old.held or old.commits.open:
+                    continue  # this very thread holds it locked, or a block passed it on
                 del self._logs[thread_key]
                 with old.lock:
                     old.close()
@@ -560,10 +561,11 @@ class FileStorage:
                 kept = [entry for entry, keep in zip(entries, chosen, strict=True) if keep]
                 if kept:
                     self._append_locked(log, fd, size, kept, durable=durable)
-            if hint_due(log):
+            if hint_due(log) and not log.commits.unsettled:
                 # the writer knows every key already: a process opening the thread next
                 # reads the hint and the tail after it, not the whole log (and this
-                # happens outside the file lock: other writers need not wait for it)
+                # happens outside the file lock: other writers need not wait for it;
+                # a lock block's appends are hinted once settled, as the block ends)
                 write_hint(log)
             return chosen
 
@@ -600,7 +602,11 @@ class FileStorage:
                 write_all_at(fd, bytes(room), new_end)
                 size = new_end + room
             write_all_at(fd, appended, log.end)
-            if self.fsync and durable:
+            # in a lock block, the block's end syncs (``storage.log.commits``); after
+            # appends still unsettled, this one settles with them, in order
+            sync = self.fsync and durable
+            deferred = (sync and bool(log.held)) or bool(log.commits.unsettled)
+            if sync and not deferred:
                 os.fdatasync(fd)
         except OSError as exc:
             # what was written, if anything, is a torn tail for readers and is
@@ -609,7 +615,10 @@ class FileStorage:
             raise StoreWriteError(log.path, exc) from exc
         log.room, log.size = True, size
         log.retiring = False  # entries after a retirement: it was not followed through
-        log.parity.protect(fd, log.ino or 0, log.end, appended)
+        if deferred:
+            log.commits.add(log.ino or 0, log.end, appended, durable=sync)
+        else:
+            log.parity.protect(fd, log.ino or 0, log.end, appended)
         # the entries are where we put them: no need to read them back
         offset = log.end
         for (kind, key, data), entry in zip(kept, payload, strict=True):
@@ -617,6 +626,29 @@ class FileStorage:
             apply_entry(log, kind, key, (data_offset, len(data)))
             offset += len(entry)
         log.end = offset
+        if deferred and not log.held:
+            self._settle(log)
+
+    def _settle(self, log: ThreadLog) -> None:
+        """Sync what lock blocks appended and left unsettled (one ``fdatasync`` for all),
+        then protect it, in the order appended (caller holds the log's ``flock``)."""
+        unsettled, durable = log.commits.take()
+        if not unsettled:
+            return
+        fd = log.append_fd
+        if fd is None or log.append_ino != unsettled[0].ino:
+            # appended to a file no longer open here: never the case (a log is replaced
+            # only after ``_retire`` settled it), and nothing to call durable if it were
+            log.room = False
+            raise StoreWriteError(log.path, OSError(errno.EIO, "appended file is gone"))
+        if durable:
+            try:
+                os.fdatasync(fd)
+            except OSError as exc:
+                log.room = False
+                raise StoreWriteError(log.path, exc) from exc
+        for done in unsettled:
+            log.parity.protect(fd, done.ino, done.at, done.appended)
 
     @contextmanager
     def _appending(self, log: ThreadLog) -> Iterator[tuple[int, int]]:
@@ -627,6 +659,8 @@ class FileStorage:
         if log.held and log.held_append and log.append_fd is not None:
             yield log.append_fd, log.size  # nobody else can have appended
             return
+        if log.commits.open:
+            self._end_hold(log)  # a block passed its hold on: settled before this append
         if log.held and log.held_read_only is not None:
             raise log.held_read_only[1]  # the block could not open the log to write it
         fd, size = self._lock_for_append(log)
@@ -683,12 +717,22 @@ class FileStorage:
         thread_key = self._thread_dir_key(prefix)
         if thread_key is None or thread_key != prefix:
             return self.files.lock(prefix, exclusive=exclusive)
-        return self._holding(self._log(thread_key))
+        return self._holding(self._log(thread_key), exclusive=exclusive)
 
     @contextmanager
-    def _holding(self, log: ThreadLog) -> Iterator[None]:
-        """No other thread or process appends to ``log`` while the block lasts."""
-        with log.writing:
+    def _holding(self, log: ThreadLog, *, exclusive: bool) -> Iterator[None]:
+        """No other thread or process appends to ``log`` while the block lasts; its
+        durable appends are synced together as it ends, or as the last block it passes
+        its hold on to ends (``storage.log.commits``)."""
+        log.commits.queue()
+        try:
+            log.writing.acquire()
+        except BaseException:
+            log.commits.leave()
+            raise
+        joined = log.commits.arrive()
+        waiting_on: int | None = None
+        try:
             if log.held:
                 log.held += 1
                 try:
@@ -697,14 +741,54 @@ class FileStorage:
                     log.held -= 1
                 return
             with log.lock:
-                self._lock_to_hold(log)
+                if joined and exclusive:
+                    self._end_hold(log)  # what this block excludes is settled first
+                if not joined or exclusive:
+                    self._lock_to_hold(log)
+                    log.commits.begin()
             log.held = 1
+            completed = False
             try:
                 yield
+                completed = True
             finally:
                 log.held = 0
                 with log.lock:
-                    self._release_held(log)
+                    if completed and log.writing.depth == 1 and log.commits.may_pass_on():
+                        waiting_on = log.commits.pass_on()
+                    else:
+                        self._end_hold(log)
+                        if hint_due(log):
+                            write_hint(log)
+        finally:
+            log.writing.release()
+        if waiting_on is not None:
+            self._await_hold(log, waiting_on)
+
+    def _await_hold(self, log: ThreadLog, hold: int) -> None:
+        """Return once the hold this block passed on is settled, or raise what its sync
+        raised; settle it here if the thread it was passed to never came."""
+        while not log.commits.wait(hold):
+            with log.writing, log.lock:
+                if log.commits.open and log.commits.hold == hold:
+                    self._end_hold(log)
+        failure = log.commits.failure(hold)
+        if failure is not None:
+            cause = failure.__cause__ if isinstance(failure.__cause__, OSError) else None
+            raise StoreWriteError(log.path, cause or OSError(errno.EIO, str(failure))) from failure
+
+    def _end_hold(self, log: ThreadLog) -> None:
+        """Settle the hold's appends and let go of its ``flock`` (caller holds
+        ``log.writing`` and ``log.lock``); the blocks that passed it on return then."""
+        failure: BaseException | None = None
+        try:
+            self._settle(log)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            self._release_held(log)
+            log.commits.end(failure)
 
     def _lock_to_hold(self, log: ThreadLog) -> None:
         """Take the log's ``flock`` for a ``lock`` block: through its append descriptor; on
@@ -745,6 +829,7 @@ class FileStorage:
         (caller holds its flock, through to the rename): whoever knew the log up to here
         reads it, and looks at the path again."""
         thread_key = os.path.relpath(log.directory, self.files.location(""))
+        self._settle(log)  # the file it was appended to is still the log's
         self._append_locked(
             log, fd, size, [(DELETE, f"{thread_key}/{RETIRED_NAME}", b"")], durable=False
         )

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from langgraph_checkpoint_verified.storage.log.commits import CommitGroup, OwnedLock
 from langgraph_checkpoint_verified.storage.log.entries import PUT
 from langgraph_checkpoint_verified.storage.log.key_directory import KeyDirectory
 from langgraph_checkpoint_verified.storage.log.redundancy import ParityFile
@@ -69,9 +70,11 @@ class ThreadLog:
         """key -> (offset, size) in the log, a path (a record file), or bytes (damage)."""
         self.lock = threading.RLock()
         """Held to read or change what this process knows of the log (after ``writing``)."""
-        self.writing = threading.RLock()
+        self.writing = OwnedLock()
         """Held by the one thread of this process that appends, or that holds the thread's
         lock (``FileStorage.lock``): taken before ``lock``, never after it."""
+        self.commits = CommitGroup()
+        """Appends of lock blocks waiting for their shared sync (``storage.log.commits``)."""
         self.held = 0
         """How deep the thread holding ``writing`` is in ``FileStorage.lock`` blocks."""
         self.held_append = False
@@ -126,7 +129,8 @@ class ThreadLog:
         """In a forked child: no thread holds this log (the parent's threads are not here),
         and no descriptor the parent locks through is kept."""
         self.lock = threading.RLock()
-        self.writing = threading.RLock()
+        self.writing = OwnedLock()
+        self.commits = CommitGroup()  # the parent's threads wait on theirs, not here
         self.held, self.held_append = 0, False
         if self.held_read_only is not None:
             os.close(self.held_read_only[0])

@@ -1,0 +1,287 @@
+"""Group commit (``storage.log.commits``): lock blocks of one log that share one sync.
+
+A durable append inside a lock block is synced as the block ends. A block that
+ends while another thread waits to begin one on the same log passes its hold on:
+the next block appends, and one ``fdatasync`` makes both durable; the first
+block's caller returns only after it. Counted, not timed:
+
+* two blocks, the second queued behind the first: one ``fdatasync`` for both, the
+  first returns after it, both records read back, and the parity covers both;
+* the shared sync fails: both callers raise ``StoreWriteError``, and the next
+  append works;
+* a block that excludes the others (maintenance) settles an open hold before it
+  runs; a hold passed to a thread that then gives up waiting is settled by the
+  block that passed it;
+* a block alone, or with nobody queued behind it, syncs as it ends, once;
+* a real graph on LangGraph's background threads syncs no more often than it makes
+  durable calls, and every checkpoint it acknowledged reads back.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
+from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, FileStorage
+
+T = "threads/t"
+
+
+class Syncs:
+    """Counts ``fdatasync`` calls on the thread's log, and can make them fail."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+        self.log = os.path.realpath(root / T / LOG_NAME)
+        self.calls = 0
+        self.failing = False
+        real = os.fdatasync
+
+        def fdatasync(fd: int) -> None:
+            if os.path.realpath(f"/proc/self/fd/{fd}") == self.log:
+                self.calls += 1
+                if self.failing:
+                    raise OSError(errno.EIO, "I/O error")
+            real(fd)
+
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+
+def queued_behind(storage: FileStorage, count: int = 1) -> None:
+    """Wait until ``count`` threads wait to begin a lock block on the log of ``T``."""
+    group = storage._log(T).commits
+    with group.changed:
+        group.changed.wait_for(lambda: group.queued >= count)
+
+
+def two_blocks(storage: FileStorage) -> dict[str, Any]:
+    """A block writing ``a`` that ends with a second block (writing ``b``) queued."""
+    outcome: dict[str, Any] = {}
+    first_in = threading.Event()
+
+    def first() -> None:
+        try:
+            with storage.lock(T, exclusive=False):
+                storage.write(f"{T}/ns/a", b"a" * 3000)
+                first_in.set()
+                queued_behind(storage)
+            outcome["first"] = "returned"
+        except StoreWriteError as exc:
+            outcome["first"] = exc
+        finally:
+            first_in.set()
+
+    def second() -> None:
+        first_in.wait()
+        try:
+            with storage.lock(T, exclusive=False):
+                storage.write(f"{T}/ns/b", b"b" * 3000)
+            outcome["second"] = "returned"
+        except StoreWriteError as exc:
+            outcome["second"] = exc
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcome
+
+
+def test_a_block_queued_behind_another_shares_its_sync(tmp_path, monkeypatch):
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/warm", b"w")  # the log exists: no directory syncs below
+    syncs = Syncs(monkeypatch, tmp_path)
+    seen_when_first_returned: list[int] = []
+    real_wait = storage._log(T).commits.wait
+
+    def wait(hold: int) -> BaseException | None:
+        failure = real_wait(hold)
+        seen_when_first_returned.append(syncs.calls)
+        return failure
+
+    monkeypatch.setattr(storage._log(T).commits, "wait", wait)
+    assert two_blocks(storage) == {"first": "returned", "second": "returned"}
+    assert syncs.calls == 1  # one fdatasync for the two blocks' appends
+    assert seen_when_first_returned == [1]  # the first block waited for it
+    assert storage.read(f"{T}/ns/a") == b"a" * 3000
+    assert storage.read(f"{T}/ns/b") == b"b" * 3000
+    # the parity was written after the sync, for both appends: nothing unprotected
+    assert storage.scrub(T, repair=False) == []
+    assert FileStorage(tmp_path).read(f"{T}/ns/b") == b"b" * 3000  # a new reader too
+
+
+def test_when_the_shared_sync_fails_both_callers_raise(tmp_path, monkeypatch):
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/warm", b"w")
+    syncs = Syncs(monkeypatch, tmp_path)
+    syncs.failing = True
+    outcome = two_blocks(storage)
+    assert isinstance(outcome["first"], StoreWriteError), outcome
+    assert isinstance(outcome["second"], StoreWriteError), outcome
+    assert "I/O error" in str(outcome["first"])
+    syncs.failing = False
+    storage.write(f"{T}/ns/c", b"c")  # the log takes appends again
+    assert storage.read(f"{T}/ns/c") == b"c"
+    assert storage.read(f"{T}/ns/warm") == b"w"
+
+
+def test_a_block_alone_syncs_once_as_it_ends(tmp_path, monkeypatch):
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/warm", b"w")
+    syncs = Syncs(monkeypatch, tmp_path)
+    with storage.lock(T, exclusive=False):
+        storage.write(f"{T}/ns/a", b"a")
+        storage.write(f"{T}/ns/b", b"b")
+        assert syncs.calls == 0  # settled as the block ends
+    assert syncs.calls == 1
+    storage.write(f"{T}/ns/c", b"c")  # outside every block: synced before it returns
+    assert syncs.calls == 2
+    assert storage.scrub(T, repair=False) == []
+
+
+def test_an_open_hold_is_settled_before_a_block_that_excludes_the_others(tmp_path, monkeypatch):
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/warm", b"w")
+    syncs = Syncs(monkeypatch, tmp_path)
+    group = storage._log(T).commits
+    first_in = threading.Event()
+    seen: dict[str, Any] = {}
+
+    def first() -> None:
+        with storage.lock(T, exclusive=False):
+            storage.write(f"{T}/ns/a", b"a")
+            first_in.set()
+            queued_behind(storage)
+        seen["syncs when first returned"] = syncs.calls
+
+    def maintenance() -> None:
+        first_in.wait()
+        # queued behind the first block, which passes its hold on: maintenance finds
+        # its appends synced and protected before it runs
+        with storage.lock(T, exclusive=True):
+            seen["unsettled"] = list(group.unsettled)
+            seen["syncs"] = syncs.calls
+            storage.delete(f"{T}/ns/warm")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=maintenance)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {"unsettled": [], "syncs": 1, "syncs when first returned": 1}
+    assert storage.read(f"{T}/ns/a") == b"a"
+    assert storage.read(f"{T}/ns/warm") is None
+    assert not group.unsettled and not group.open
+    assert storage.scrub(T, repair=False) == []
+
+
+def test_a_hold_passed_to_a_thread_that_gives_up_is_settled_by_the_block_that_passed_it(
+    tmp_path, monkeypatch
+):
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/warm", b"w")
+    syncs = Syncs(monkeypatch, tmp_path)
+    log = storage._log(T)
+    group = log.commits
+    real_acquire = log.writing.acquire
+    first_in = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def acquire(blocking: bool = True) -> bool:
+        if threading.current_thread().name == "gives-up":
+            # interrupted while it waits, once the first block passed the hold on to it
+            with group.changed:
+                group.changed.wait_for(lambda: group.open)
+            raise KeyboardInterrupt
+        return real_acquire(blocking)
+
+    monkeypatch.setattr(log.writing, "acquire", acquire)
+
+    def first() -> None:
+        with storage.lock(T, exclusive=False):
+            storage.write(f"{T}/ns/a", b"a")
+            first_in.set()
+            queued_behind(storage)
+        outcome["first"] = syncs.calls
+
+    def gives_up() -> None:
+        first_in.wait()
+        try:
+            with storage.lock(T, exclusive=False):
+                outcome["second"] = "ran"
+        except KeyboardInterrupt:
+            outcome["second"] = "interrupted"
+
+    threads = [
+        threading.Thread(target=first),
+        threading.Thread(target=gives_up, name="gives-up"),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcome == {"first": 1, "second": "interrupted"}
+    assert not group.open and not group.unsettled and group.queued == 0
+    assert storage.read(f"{T}/ns/a") == b"a"
+    storage.write(f"{T}/ns/b", b"b")  # the flock was let go of: the log takes appends
+    assert storage.scrub(T, repair=False) == []
+
+
+class Loop(TypedDict):
+    count: int
+
+
+def test_a_graph_on_background_threads_syncs_no_more_than_it_calls_and_loses_nothing(
+    tmp_path, monkeypatch
+):
+    calls = {"put": 0, "put_writes": 0}
+    saver = VerifiedSaver(tmp_path)
+    for name in calls:
+        method = getattr(saver, name)
+
+        def counted(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _method(*args, **kwargs)
+
+        monkeypatch.setattr(saver, name, counted)
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    def step(state: Loop) -> dict:
+        return {"count": state["count"] + 1}
+
+    builder = StateGraph(Loop)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", lambda s: "step" if s["count"] % 40 else END)
+    graph = builder.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"count": 0}, config)  # the thread's directory and log exist now
+    first_run = len(list(saver.list(config)))
+    for name in calls:
+        calls[name] = 0
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    graph.invoke({"count": 0}, config)  # LangGraph's default durability: puts in background
+    durable_calls = calls["put"] + calls["put_writes"]
+    assert durable_calls >= 2 * 40  # a put and a put_writes per step, and the input's
+    # each call is durable when it returns, and no call syncs more than once
+    assert len(synced) <= durable_calls
+    history = list(saver.list(config))
+    assert len(history) == 2 * first_run
+    assert graph.get_state(config).values == {"count": 40}
+    reopened = VerifiedSaver(tmp_path)
+    assert [c.checkpoint["id"] for c in reopened.list(config)] == [
+        c.checkpoint["id"] for c in history
+    ]

@@ -10,7 +10,11 @@ checkpoint and writes stored before the next step runs):
 
 * a two-node graph with a small state (an int and a list of node names), one
   thread, then a new thread per ``invoke``;
-* the chat graph of section 1 (growing message lists), one thread.
+* the chat graph of section 1 (growing message lists), one thread;
+* chats of 10 turns of that graph, each on a new thread, with LangGraph's default
+  durability (a step's checkpoint stored on a background thread while the next
+  step runs): the saver time per turn of section 1's short chats
+  (``chat.run_short_chats``), where calls that meet on a thread's lock share a sync.
 
 ``VerifiedSaver(path)`` and ``SqliteSaver`` run in the same rounds, alternately
 first; ratios are medians of the per-round ratios. The section needs ``bindfs``
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+from chat import SQLITE, VERIFIED_FILES, run_short_chats
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from measure import paired_ratio, rotated
@@ -153,6 +158,16 @@ def fuse_section(settings: Any, workdir: Path) -> dict[str, Any]:
         return {"fuse": {"not_measured": why}}
     try:
         figures = run_on(workdir / "mounted", settings.fuse_rounds, settings.fuse_chat_turns)
+        short = run_short_chats(workdir / "mounted" / "short", settings.fuse_short_chats)
     finally:
         unmount(workdir / "mounted")
-    return {"fuse": {"mount": "bindfs", "figures": figures}}
+    short_chats = {
+        "chats": short["chats"],
+        "turns": short["turns"],
+        "saver_ms": {
+            FUSE_VERIFIED: short[VERIFIED_FILES]["saver_ms"],
+            FUSE_SQLITE: short[SQLITE]["saver_ms"],
+        },
+        "ratio": short["ratios"][f"{VERIFIED_FILES} / {SQLITE}"],
+    }
+    return {"fuse": {"mount": "bindfs", "figures": figures, "short_chats": short_chats}}

@@ -82,6 +82,7 @@ class Settings:
     damage_block_trials: int  # damage trials: one 4 KB block zeroed, trials per saver
     fuse_rounds: int  # FUSE: invoke rounds of the two-node graph (one thread, new threads)
     fuse_chat_turns: int  # FUSE: chat turns on one thread
+    fuse_short_chats: int  # FUSE: chats of 10 turns, a new thread each, default durability
 
 
 FULL = Settings(
@@ -114,6 +115,7 @@ FULL = Settings(
     damage_block_trials=20,
     fuse_rounds=100,
     fuse_chat_turns=50,
+    fuse_short_chats=12,
 )
 QUICK = Settings(
     chat_lengths=(10, 20, 40),
@@ -144,6 +146,7 @@ QUICK = Settings(
     damage_block_trials=2,
     fuse_rounds=6,
     fuse_chat_turns=6,
+    fuse_short_chats=2,
 )
 
 

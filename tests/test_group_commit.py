@@ -1,9 +1,9 @@
 """Group commit (``storage.log.commits``): lock blocks of one log that share one sync.
 
-A durable append inside a lock block is synced as the block ends. A block that
-ends while another thread waits to begin one on the same log passes its hold on:
-the next block appends, and one ``fdatasync`` makes both durable; the first
-block's caller returns only after it. Counted, not timed:
+A durable append inside a lock block, made while another thread waits to begin
+one on the same log, is not synced: the block passes its hold on as it ends, the
+next block appends, and one ``fdatasync`` makes both durable; the first block's
+caller returns only after it. Counted, not timed:
 
 * two blocks, the second queued behind the first: one ``fdatasync`` for both, the
   first returns after it, both records read back, and the parity covers both;
@@ -12,7 +12,7 @@ block's caller returns only after it. Counted, not timed:
 * a block that excludes the others (maintenance) settles an open hold before it
   runs; a hold passed to a thread that then gives up waiting is settled by the
   block that passed it;
-* a block alone, or with nobody queued behind it, syncs as it ends, once;
+* a block with nobody queued behind it syncs each append as it makes it;
 * a real graph on LangGraph's background threads syncs no more often than it makes
   durable calls, and every checkpoint it acknowledged reads back.
 """
@@ -57,8 +57,7 @@ class Syncs:
 def queued_behind(storage: FileStorage, count: int = 1) -> None:
     """Wait until ``count`` threads wait to begin a lock block on the log of ``T``."""
     group = storage._log(T).commits
-    with group.changed:
-        group.changed.wait_for(lambda: group.queued >= count)
+    group.wait_for(lambda: group.queued >= count)
 
 
 def two_blocks(storage: FileStorage) -> dict[str, Any]:
@@ -69,9 +68,9 @@ def two_blocks(storage: FileStorage) -> dict[str, Any]:
     def first() -> None:
         try:
             with storage.lock(T, exclusive=False):
-                storage.write(f"{T}/ns/a", b"a" * 3000)
                 first_in.set()
                 queued_behind(storage)
+                storage.write(f"{T}/ns/a", b"a" * 3000)
             outcome["first"] = "returned"
         except StoreWriteError as exc:
             outcome["first"] = exc
@@ -133,17 +132,18 @@ def test_when_the_shared_sync_fails_both_callers_raise(tmp_path, monkeypatch):
     assert storage.read(f"{T}/ns/warm") == b"w"
 
 
-def test_a_block_alone_syncs_once_as_it_ends(tmp_path, monkeypatch):
+def test_a_block_alone_syncs_each_append_as_it_makes_it(tmp_path, monkeypatch):
     storage = FileStorage(tmp_path)
     storage.write(f"{T}/ns/warm", b"w")
     syncs = Syncs(monkeypatch, tmp_path)
     with storage.lock(T, exclusive=False):
         storage.write(f"{T}/ns/a", b"a")
+        assert syncs.calls == 1  # nobody waits for the log: synced at once
         storage.write(f"{T}/ns/b", b"b")
-        assert syncs.calls == 0  # settled as the block ends
-    assert syncs.calls == 1
-    storage.write(f"{T}/ns/c", b"c")  # outside every block: synced before it returns
+        assert syncs.calls == 2
     assert syncs.calls == 2
+    storage.write(f"{T}/ns/c", b"c")  # outside every block: synced before it returns
+    assert syncs.calls == 3
     assert storage.scrub(T, repair=False) == []
 
 
@@ -157,9 +157,9 @@ def test_an_open_hold_is_settled_before_a_block_that_excludes_the_others(tmp_pat
 
     def first() -> None:
         with storage.lock(T, exclusive=False):
-            storage.write(f"{T}/ns/a", b"a")
             first_in.set()
             queued_behind(storage)
+            storage.write(f"{T}/ns/a", b"a")
         seen["syncs when first returned"] = syncs.calls
 
     def maintenance() -> None:
@@ -189,46 +189,31 @@ def test_a_hold_passed_to_a_thread_that_gives_up_is_settled_by_the_block_that_pa
     storage = FileStorage(tmp_path)
     storage.write(f"{T}/ns/warm", b"w")
     syncs = Syncs(monkeypatch, tmp_path)
-    log = storage._log(T)
-    group = log.commits
-    real_acquire = log.writing.acquire
+    group = storage._log(T).commits
     first_in = threading.Event()
     outcome: dict[str, Any] = {}
 
-    def acquire(blocking: bool = True) -> bool:
-        if threading.current_thread().name == "gives-up":
-            # interrupted while it waits, once the first block passed the hold on to it
-            with group.changed:
-                group.changed.wait_for(lambda: group.open)
-            raise KeyboardInterrupt
-        return real_acquire(blocking)
-
-    monkeypatch.setattr(log.writing, "acquire", acquire)
-
     def first() -> None:
         with storage.lock(T, exclusive=False):
-            storage.write(f"{T}/ns/a", b"a")
             first_in.set()
             queued_behind(storage)
+            storage.write(f"{T}/ns/a", b"a")
         outcome["first"] = syncs.calls
 
     def gives_up() -> None:
+        # what ``FileStorage.lock`` does for a thread interrupted while it waits for the
+        # log: it queues, and leaves once the first block passed the hold on to it
         first_in.wait()
-        try:
-            with storage.lock(T, exclusive=False):
-                outcome["second"] = "ran"
-        except KeyboardInterrupt:
-            outcome["second"] = "interrupted"
+        group.queue()
+        group.wait_for(lambda: group.open)
+        group.leave()
 
-    threads = [
-        threading.Thread(target=first),
-        threading.Thread(target=gives_up, name="gives-up"),
-    ]
+    threads = [threading.Thread(target=first), threading.Thread(target=gives_up)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert outcome == {"first": 1, "second": "interrupted"}
+    assert outcome == {"first": 1}
     assert not group.open and not group.unsettled and group.queued == 0
     assert storage.read(f"{T}/ns/a") == b"a"
     storage.write(f"{T}/ns/b", b"b")  # the flock was let go of: the log takes appends

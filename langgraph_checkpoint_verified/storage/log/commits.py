@@ -4,14 +4,15 @@ LangGraph stores a step's checkpoint on a background thread while the next step'
 tasks store their writes: two durable calls on one thread, the second queued
 for the thread's lock while the first holds it. Synced one by one, they cost two
 ``fdatasync`` calls back to back. Instead, a durable append inside a lock block
-(``FileStorage.lock``) is written but not synced, and the block's end settles
-it: one ``fdatasync`` for everything the block appended, then the parity
-records of those bytes (a record covers bytes only once they are synced), in
-the order they were appended. A block that ends with appends unsettled while
-another thread of this process waits to begin a block on the same log passes
-the hold on instead: the ``flock`` stays held, the waiting block runs and
-appends, and the last block of the chain settles for all of them. Each block's
-caller returns only once its appends are synced, or raises what the sync raised.
+(``FileStorage.lock``) made while another thread of this process waits to begin
+a block on the same log is written but not synced, and the block passes its
+hold on as it ends: the ``flock`` stays held, the waiting block runs and
+appends, and the last block of the chain settles for all of them: one
+``fdatasync``, then the parity records of those bytes (a record covers bytes
+only once they are synced), in the order they were appended. Each block's
+caller returns only once its appends are synced, or raises what the sync
+raised. A block alone syncs each append as it makes it, as an append outside
+blocks does.
 
 Nothing another process could see changes: the ``flock`` is held from the first
 block's start to the sync's end, as it was from each append to its sync. A
@@ -23,41 +24,11 @@ excludes the others) settles what is unsettled before it.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 MAX_PASSES = 4
 """How many blocks may follow the first of a chain before one settles for them all."""
-
-
-class OwnedLock:
-    """A re-entrant lock that says how deep its owner is in it (``depth``): a block may
-    pass its hold on only if releasing it lets another thread in."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._owner: int | None = None
-        self.depth = 0
-        """How many times the owning thread holds the lock (0 to any other thread)."""
-
-    def acquire(self, blocking: bool = True) -> bool:
-        if not self._lock.acquire(blocking):
-            return False
-        self._owner = threading.get_ident()
-        self.depth += 1
-        return True
-
-    def release(self) -> None:
-        self.depth -= 1
-        if not self.depth:
-            self._owner = None
-        self._lock.release()
-
-    def __enter__(self) -> OwnedLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 @dataclass
@@ -73,24 +44,31 @@ class Unsettled:
         return self.at + len(self.appended)
 
 
-@dataclass
 class CommitGroup:
-    """One log's appends waiting for a shared sync, and the threads waiting on it."""
+    """One log's appends waiting for a shared sync, and the threads waiting on it.
 
-    unsettled: list[Unsettled] = field(default_factory=list)
-    durable: bool = False
-    """Whether one of the unsettled appends was durable: settling syncs then."""
-    queued: int = 0
-    """Threads of this process waiting to begin a lock block on the log."""
-    open: bool = False
-    """Whether a block ended and passed its hold on: the ``flock`` is still held."""
-    passes: int = 0
-    hold: int = 0
-    """The number of the latest hold taken (one per ``flock`` taken by a block)."""
-    ended: int = 0
-    """The number of the latest hold settled and let go of."""
-    failures: dict[int, BaseException] = field(default_factory=dict)
-    changed: threading.Condition = field(default_factory=threading.Condition)
+    Counters change under a plain lock; threads that wait (a block that passed its
+    hold on) are counted, and woken only when there are some: a block nobody waits
+    on costs three short lock holds.
+    """
+
+    def __init__(self) -> None:
+        self.unsettled: list[Unsettled] = []
+        self.durable = False
+        """Whether one of the unsettled appends was durable: settling syncs then."""
+        self.queued = 0
+        """Threads of this process waiting to begin a lock block on the log."""
+        self.open = False
+        """Whether a block ended and passed its hold on: the ``flock`` is still held."""
+        self.passes = 0
+        self.hold = 0
+        """The number of the latest hold taken (one per ``flock`` taken by a block)."""
+        self.ended = 0
+        """The number of the latest hold settled and let go of."""
+        self.failures: dict[int, BaseException] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._waiting = 0
 
     def add(self, ino: int, at: int, appended: bytes, *, durable: bool) -> None:
         self.unsettled.append(Unsettled(ino, at, appended))
@@ -112,23 +90,24 @@ class CommitGroup:
 
     def queue(self) -> None:
         """A thread is about to wait for the log to begin a block."""
-        with self.changed:
+        with self._lock:
             self.queued += 1
-            self.changed.notify_all()
+            self._wake()
 
     def leave(self) -> None:
         """A thread that queued gave up waiting."""
-        with self.changed:
+        with self._lock:
             self.queued -= 1
-            self.changed.notify_all()
+            self._wake()
 
     def arrive(self) -> bool:
         """A thread that queued begins its block: whether it takes on a hold passed on
         (its ``flock`` held already), which it then settles, or carries on."""
-        with self.changed:
+        with self._lock:
             self.queued -= 1
             joined, self.open = self.open, False
-            self.changed.notify_all()
+            if joined:
+                self._wake()
             return joined
 
     def may_pass_on(self) -> bool:
@@ -137,9 +116,9 @@ class CommitGroup:
 
     def pass_on(self) -> int:
         """Leave the hold open for the next block; the hold's number, to wait on."""
-        with self.changed:
+        with self._lock:
             self.open, self.passes = True, self.passes + 1
-            self.changed.notify_all()
+            self._wake()
             return self.hold
 
     def begin(self) -> None:
@@ -148,26 +127,43 @@ class CommitGroup:
 
     def end(self, failure: BaseException | None) -> None:
         """The hold is settled (or its sync failed) and its ``flock`` let go of."""
-        with self.changed:
+        with self._lock:
             if failure is not None:
                 self.failures[self.hold] = failure
-            for old in [n for n in self.failures if n < self.hold - 64]:
-                del self.failures[old]  # long since seen by whoever waited on them
+                for old in [n for n in self.failures if n < self.hold - 64]:
+                    del self.failures[old]  # long since seen by whoever waited on them
             self.open, self.passes, self.ended = False, 0, self.hold
-            self.changed.notify_all()
+            self._wake()
 
     def wait(self, hold: int) -> bool:
         """Wait until hold ``hold`` is settled (``True``), or until nobody is left to take
         it on (``False``: a thread that queued gave up, say, interrupted while it
         waited), when the caller must settle it itself."""
-        with self.changed:
-            while self.ended < hold:
-                if self.open and self.hold == hold and not self.queued:
-                    return False
-                self.changed.wait()
-            return True
+        with self._lock:
+            self._waiting += 1
+            try:
+                while self.ended < hold:
+                    if self.open and self.hold == hold and not self.queued:
+                        return False
+                    self._changed.wait()
+                return True
+            finally:
+                self._waiting -= 1
+
+    def wait_for(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds (checked at every change above)."""
+        with self._lock:
+            self._waiting += 1
+            try:
+                self._changed.wait_for(predicate)
+            finally:
+                self._waiting -= 1
 
     def failure(self, hold: int) -> BaseException | None:
         """What the sync of hold ``hold`` raised, if anything."""
-        with self.changed:
+        with self._lock:
             return self.failures.get(hold)
+
+    def _wake(self) -> None:
+        if self._waiting:
+            self._changed.notify_all()

@@ -602,10 +602,13 @@ class FileStorage:
                 write_all_at(fd, bytes(room), new_end)
                 size = new_end + room
             write_all_at(fd, appended, log.end)
-            # in a lock block, the block's end syncs (``storage.log.commits``); after
+            # in a lock block with another block of this process waiting for the log,
+            # the sync is left to the end of the blocks (``storage.log.commits``); after
             # appends still unsettled, this one settles with them, in order
             sync = self.fsync and durable
-            deferred = (sync and bool(log.held)) or bool(log.commits.unsettled)
+            deferred = (sync and log.held > 0 and log.commits.queued > 0) or bool(
+                log.commits.unsettled
+            )
             if sync and not deferred:
                 os.fdatasync(fd)
         except OSError as exc:
@@ -754,7 +757,9 @@ class FileStorage:
             finally:
                 log.held = 0
                 with log.lock:
-                    if completed and log.writing.depth == 1 and log.commits.may_pass_on():
+                    # (never inside one of this class's own holds of ``writing``: none
+                    # calls ``lock``, so the next block can get in once it is let go of)
+                    if completed and log.commits.may_pass_on():
                         waiting_on = log.commits.pass_on()
                     else:
                         self._end_hold(log)

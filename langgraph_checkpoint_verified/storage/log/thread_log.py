@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from langgraph_checkpoint_verified.storage.log.commits import CommitGroup, OwnedLock
+from langgraph_checkpoint_verified.storage.log.commits import CommitGroup
 from langgraph_checkpoint_verified.storage.log.entries import PUT
 from langgraph_checkpoint_verified.storage.log.key_directory import KeyDirectory
 from langgraph_checkpoint_verified.storage.log.redundancy import ParityFile
@@ -70,7 +70,7 @@ class ThreadLog:
         """key -> (offset, size) in the log, a path (a record file), or bytes (damage)."""
         self.lock = threading.RLock()
         """Held to read or change what this process knows of the log (after ``writing``)."""
-        self.writing = OwnedLock()
+        self.writing = threading.RLock()
         """Held by the one thread of this process that appends, or that holds the thread's
         lock (``FileStorage.lock``): taken before ``lock``, never after it."""
         self.commits = CommitGroup()
@@ -129,7 +129,7 @@ class ThreadLog:
         """In a forked child: no thread holds this log (the parent's threads are not here),
         and no descriptor the parent locks through is kept."""
         self.lock = threading.RLock()
-        self.writing = OwnedLock()
+        self.writing = threading.RLock()
         self.commits = CommitGroup()  # the parent's threads wait on theirs, not here
         self.held, self.held_append = 0, False
         if self.held_read_only is not None:

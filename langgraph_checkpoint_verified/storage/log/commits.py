@@ -105,10 +105,19 @@ class CommitGroup:
         (its ``flock`` held already), which it then settles, or carries on."""
         with self._lock:
             self.queued -= 1
-            joined, self.open = self.open, False
-            if joined:
-                self._wake()
-            return joined
+            return self._take_open()
+
+    def claim(self) -> bool:
+        """A thread that did not queue (the log was free) begins its block: whether it
+        takes on a hold passed on."""
+        with self._lock:
+            return self._take_open()
+
+    def _take_open(self) -> bool:
+        joined, self.open = self.open, False
+        if joined:
+            self._wake()
+        return joined
 
     def may_pass_on(self) -> bool:
         """Whether a block ending now should leave its appends to the next block."""

@@ -727,13 +727,17 @@ class FileStorage:
         """No other thread or process appends to ``log`` while the block lasts; its
         durable appends are synced together as it ends, or as the last block it passes
         its hold on to ends (``storage.log.commits``)."""
-        log.commits.queue()
-        try:
-            log.writing.acquire()
-        except BaseException:
-            log.commits.leave()
-            raise
-        joined = log.commits.arrive()
+        if log.writing.acquire(blocking=False):
+            # nobody in the way (the usual case): a hold passed on is taken all the same
+            joined = log.commits.open and log.commits.claim()
+        else:
+            log.commits.queue()  # seen by the block in the way, which may pass its hold on
+            try:
+                log.writing.acquire()
+            except BaseException:
+                log.commits.leave()
+                raise
+            joined = log.commits.arrive()
         waiting_on: int | None = None
         try:
             if log.held:
@@ -759,7 +763,7 @@ class FileStorage:
                 with log.lock:
                     # (never inside one of this class's own holds of ``writing``: none
                     # calls ``lock``, so the next block can get in once it is let go of)
-                    if completed and log.commits.may_pass_on():
+                    if completed and log.commits.unsettled and log.commits.may_pass_on():
                         waiting_on = log.commits.pass_on()
                     else:
                         self._end_hold(log)
@@ -787,7 +791,8 @@ class FileStorage:
         ``log.writing`` and ``log.lock``); the blocks that passed it on return then."""
         failure: BaseException | None = None
         try:
-            self._settle(log)
+            if log.commits.unsettled:
+                self._settle(log)
         except BaseException as exc:
             failure = exc
             raise

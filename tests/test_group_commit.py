@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,17 @@ def queued_behind(storage: FileStorage, count: int = 1) -> None:
     group.wait_for(lambda: group.queued >= count)
 
 
-def two_blocks(storage: FileStorage) -> dict[str, Any]:
-    """A block writing ``a`` that ends with a second block (writing ``b``) queued."""
+def beside_a_block(
+    storage: FileStorage,
+    second: Callable[[], None],
+    *,
+    data: bytes = b"a",
+    syncs: Syncs | None = None,
+) -> dict[str, Any]:
+    """Run a block that writes ``data`` at ``a`` once another thread waits for the log,
+    and ``second`` on a thread of its own, begun once the block is in: what each did
+    ("returned" or the ``StoreWriteError`` raised), and the syncs made when the
+    block's caller got control back."""
     outcome: dict[str, Any] = {}
     first_in = threading.Event()
 
@@ -70,23 +80,24 @@ def two_blocks(storage: FileStorage) -> dict[str, Any]:
             with storage.lock(T, exclusive=False):
                 first_in.set()
                 queued_behind(storage)
-                storage.write(f"{T}/ns/a", b"a" * 3000)
+                storage.write(f"{T}/ns/a", data)
             outcome["first"] = "returned"
         except StoreWriteError as exc:
             outcome["first"] = exc
         finally:
             first_in.set()
+            if syncs is not None:
+                outcome["syncs when first returned"] = syncs.calls
 
-    def second() -> None:
+    def after_first_is_in() -> None:
         first_in.wait()
         try:
-            with storage.lock(T, exclusive=False):
-                storage.write(f"{T}/ns/b", b"b" * 3000)
+            second()
             outcome["second"] = "returned"
         except StoreWriteError as exc:
             outcome["second"] = exc
 
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads = [threading.Thread(target=first), threading.Thread(target=after_first_is_in)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -94,22 +105,26 @@ def two_blocks(storage: FileStorage) -> dict[str, Any]:
     return outcome
 
 
+def two_blocks(storage: FileStorage, syncs: Syncs) -> dict[str, Any]:
+    """A block writing ``a`` that ends with a second block (writing ``b``) queued."""
+
+    def second() -> None:
+        with storage.lock(T, exclusive=False):
+            storage.write(f"{T}/ns/b", b"b" * 3000)
+
+    return beside_a_block(storage, second, data=b"a" * 3000, syncs=syncs)
+
+
 def test_a_block_queued_behind_another_shares_its_sync(tmp_path, monkeypatch):
     storage = FileStorage(tmp_path)
     storage.write(f"{T}/ns/warm", b"w")  # the log exists: no directory syncs below
     syncs = Syncs(monkeypatch, tmp_path)
-    seen_when_first_returned: list[int] = []
-    real_wait = storage._log(T).commits.wait
-
-    def wait(hold: int) -> BaseException | None:
-        failure = real_wait(hold)
-        seen_when_first_returned.append(syncs.calls)
-        return failure
-
-    monkeypatch.setattr(storage._log(T).commits, "wait", wait)
-    assert two_blocks(storage) == {"first": "returned", "second": "returned"}
+    assert two_blocks(storage, syncs) == {
+        "first": "returned",
+        "second": "returned",
+        "syncs when first returned": 1,  # the first block waited for the shared sync
+    }
     assert syncs.calls == 1  # one fdatasync for the two blocks' appends
-    assert seen_when_first_returned == [1]  # the first block waited for it
     assert storage.read(f"{T}/ns/a") == b"a" * 3000
     assert storage.read(f"{T}/ns/b") == b"b" * 3000
     # the parity was written after the sync, for both appends: nothing unprotected
@@ -122,7 +137,7 @@ def test_when_the_shared_sync_fails_both_callers_raise(tmp_path, monkeypatch):
     storage.write(f"{T}/ns/warm", b"w")
     syncs = Syncs(monkeypatch, tmp_path)
     syncs.failing = True
-    outcome = two_blocks(storage)
+    outcome = two_blocks(storage, syncs)
     assert isinstance(outcome["first"], StoreWriteError), outcome
     assert isinstance(outcome["second"], StoreWriteError), outcome
     assert "I/O error" in str(outcome["first"])
@@ -152,18 +167,9 @@ def test_an_open_hold_is_settled_before_a_block_that_excludes_the_others(tmp_pat
     storage.write(f"{T}/ns/warm", b"w")
     syncs = Syncs(monkeypatch, tmp_path)
     group = storage._log(T).commits
-    first_in = threading.Event()
     seen: dict[str, Any] = {}
 
-    def first() -> None:
-        with storage.lock(T, exclusive=False):
-            first_in.set()
-            queued_behind(storage)
-            storage.write(f"{T}/ns/a", b"a")
-        seen["syncs when first returned"] = syncs.calls
-
     def maintenance() -> None:
-        first_in.wait()
         # queued behind the first block, which passes its hold on: maintenance finds
         # its appends synced and protected before it runs
         with storage.lock(T, exclusive=True):
@@ -171,12 +177,9 @@ def test_an_open_hold_is_settled_before_a_block_that_excludes_the_others(tmp_pat
             seen["syncs"] = syncs.calls
             storage.delete(f"{T}/ns/warm")
 
-    threads = [threading.Thread(target=first), threading.Thread(target=maintenance)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert seen == {"unsettled": [], "syncs": 1, "syncs when first returned": 1}
+    outcome = beside_a_block(storage, maintenance, syncs=syncs)
+    assert outcome == {"first": "returned", "second": "returned", "syncs when first returned": 1}
+    assert seen == {"unsettled": [], "syncs": 1}
     assert storage.read(f"{T}/ns/a") == b"a"
     assert storage.read(f"{T}/ns/warm") is None
     assert not group.unsettled and not group.open
@@ -190,30 +193,16 @@ def test_a_hold_passed_to_a_thread_that_gives_up_is_settled_by_the_block_that_pa
     storage.write(f"{T}/ns/warm", b"w")
     syncs = Syncs(monkeypatch, tmp_path)
     group = storage._log(T).commits
-    first_in = threading.Event()
-    outcome: dict[str, Any] = {}
-
-    def first() -> None:
-        with storage.lock(T, exclusive=False):
-            first_in.set()
-            queued_behind(storage)
-            storage.write(f"{T}/ns/a", b"a")
-        outcome["first"] = syncs.calls
 
     def gives_up() -> None:
         # what ``FileStorage.lock`` does for a thread interrupted while it waits for the
         # log: it queues, and leaves once the first block passed the hold on to it
-        first_in.wait()
         group.queue()
         group.wait_for(lambda: group.open)
         group.leave()
 
-    threads = [threading.Thread(target=first), threading.Thread(target=gives_up)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert outcome == {"first": 1}
+    outcome = beside_a_block(storage, gives_up, syncs=syncs)
+    assert outcome == {"first": "returned", "second": "returned", "syncs when first returned": 1}
     assert not group.open and not group.unsettled and group.queued == 0
     assert storage.read(f"{T}/ns/a") == b"a"
     storage.write(f"{T}/ns/b", b"b")  # the flock was let go of: the log takes appends

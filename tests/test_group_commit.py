@@ -11,7 +11,8 @@ caller returns only after it. Counted, not timed:
   append works;
 * a block that excludes the others (maintenance) settles an open hold before it
   runs; a hold passed to a thread that then gives up waiting is settled by the
-  block that passed it;
+  block that passed it; a block that finds the log free takes a hold passed on,
+  and a write outside blocks settles it first;
 * a block with nobody queued behind it syncs each append as it makes it;
 * a real graph on LangGraph's background threads syncs no more often than it makes
   durable calls, and every checkpoint it acknowledged reads back.
@@ -206,6 +207,58 @@ def test_a_hold_passed_to_a_thread_that_gives_up_is_settled_by_the_block_that_pa
     assert not group.open and not group.unsettled and group.queued == 0
     assert storage.read(f"{T}/ns/a") == b"a"
     storage.write(f"{T}/ns/b", b"b")  # the flock was let go of: the log takes appends
+    assert storage.scrub(T, repair=False) == []
+
+
+@pytest.mark.parametrize("next_call", ["a block that finds the log free", "a write outside blocks"])
+def test_a_hold_passed_on_is_taken_by_whoever_gets_the_log_first(tmp_path, monkeypatch, next_call):
+    """The thread a hold is passed to may not be the next to get the log: a block that
+    finds it free takes the hold on (its append shares the sync), and a write outside
+    blocks settles it before its own append."""
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/warm", b"w")
+    syncs = Syncs(monkeypatch, tmp_path)
+    group = storage._log(T).commits
+    next_done = threading.Event()
+
+    def queued_until_the_next_call_is_done() -> None:
+        # waits for the log (the first block passes its hold on to it), then gives up
+        # (a thread that really waits would get the log once the next call let it go)
+        group.queue()
+        next_done.wait()
+        group.leave()
+
+    def next_call_then_give_up() -> None:
+        # runs once the first block's caller waits on its hold: the log is free
+        waiter = threading.Thread(target=queued_until_the_next_call_is_done)
+        waiter.start()
+        group.wait_for(lambda: group.open)
+        seen["hold"] = group.hold
+        if next_call == "a block that finds the log free":
+            with storage.lock(T, exclusive=False):
+                seen["took the hold"] = not group.open
+                storage.write(f"{T}/ns/b", b"b")
+                next_done.set()  # nobody waits for the log as this block ends
+                waiter.join()
+        else:
+            storage.write(f"{T}/ns/b", b"b")
+            seen["took the hold"] = not group.open
+            next_done.set()
+            waiter.join()
+        seen["unsettled"] = list(group.unsettled)
+
+    seen: dict[str, Any] = {}
+    outcome = beside_a_block(storage, next_call_then_give_up, syncs=syncs)
+    assert outcome["first"] == "returned" and outcome["second"] == "returned"
+    assert seen["took the hold"] and seen["unsettled"] == []
+    if next_call == "a block that finds the log free":
+        assert syncs.calls == 1  # the two blocks' appends, synced once
+        assert group.hold == seen["hold"]  # no flock taken anew
+    else:
+        assert syncs.calls == 2  # the first block's settled, then the write's own
+    assert outcome["syncs when first returned"] >= 1
+    assert storage.read(f"{T}/ns/a") == b"a" and storage.read(f"{T}/ns/b") == b"b"
+    assert not group.open and group.queued == 0
     assert storage.scrub(T, repair=False) == []
 
 

@@ -48,8 +48,9 @@ class CommitGroup:
     """One log's appends waiting for a shared sync, and the threads waiting on it.
 
     Counters change under a plain lock; threads that wait (a block that passed its
-    hold on) are counted, and woken only when there are some: a block nobody waits
-    on costs three short lock holds.
+    hold on) are counted, and woken only when there are some. A block that finds
+    the log free and that nobody waits behind touches the group once, as its hold
+    ends (``end``).
     """
 
     def __init__(self) -> None:

@@ -724,9 +724,10 @@ class FileStorage:
 
     @contextmanager
     def _holding(self, log: ThreadLog, *, exclusive: bool) -> Iterator[None]:
-        """No other thread or process appends to ``log`` while the block lasts; its
-        durable appends are synced together as it ends, or as the last block it passes
-        its hold on to ends (``storage.log.commits``)."""
+        """No other thread or process appends to ``log`` while the block lasts. Its
+        durable appends made while another block waits for the log are synced as the
+        last block it passes its hold on to ends (``storage.log.commits``); the others
+        as they are made."""
         if log.writing.acquire(blocking=False):
             # nobody in the way (the usual case): a hold passed on is taken all the same
             joined = log.commits.open and log.commits.claim()

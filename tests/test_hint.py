@@ -17,7 +17,7 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from logtools import lose_parity
 
-from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
+from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.storage.log import hint_file, key_directory
 from langgraph_checkpoint_verified.storage.log.entries import (
     HINT_MAGIC,
@@ -30,8 +30,9 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     hint_block,
     scan,
 )
-from langgraph_checkpoint_verified.storage.log.file_storage import HINT_AFTER_BYTES, HINT_NAME
+from langgraph_checkpoint_verified.storage.log.hint_file import HINT_AFTER_BYTES, HINT_NAME
 from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
+from langgraph_checkpoint_verified.storage.log.reading import LogReader
 
 THREAD = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
@@ -144,10 +145,10 @@ def test_a_copied_store_keeps_using_its_hint_and_a_rewritten_log_does_not(tmp_pa
     (new inodes: a backup restored, ``cp -r``) opens from its hint; a log whose bytes there
     changed (compacted, or a crash lost what the hint covered) is read whole."""
     scans = []
-    read_tail = FileStorage._read_tail
+    read_tail = LogReader.read_tail
     monkeypatch.setattr(
-        FileStorage,
-        "_read_tail",
+        LogReader,
+        "read_tail",
         lambda self, log, fd, size, **kw: (
             scans.append(size - log.end) or read_tail(self, log, fd, size, **kw)
         ),
@@ -238,9 +239,9 @@ def test_a_block_damaged_after_the_hint_was_opened_sends_the_reader_to_the_log(
     tmp_path, monkeypatch
 ):
     whole_reads = []
-    read_whole = FileStorage._read_whole
+    read_whole = LogReader._read_whole
     monkeypatch.setattr(
-        FileStorage, "_read_whole", lambda self, log: whole_reads.append(1) or read_whole(self, log)
+        LogReader, "_read_whole", lambda self, log: whole_reads.append(1) or read_whole(self, log)
     )
     root = tmp_path / "store"
     fill(VerifiedSaver(root, fsync=False), 1500)

@@ -39,13 +39,8 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     decode_hint_index,
     scan,
 )
-from langgraph_checkpoint_verified.storage.log.file_storage import (
-    HINT_AFTER_BYTES,
-    HINT_AFTER_ENTRIES,
-    HINT_NAME,
-    LOG_NAME,
-    PARITY_NAME,
-)
+from langgraph_checkpoint_verified.storage.log.file_storage import HINT_NAME, LOG_NAME, PARITY_NAME
+from langgraph_checkpoint_verified.storage.log.hint_file import HINT_AFTER_BYTES, HINT_AFTER_ENTRIES
 from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE, RECORD_SIZE, STRIPE_SIZE
 from langgraph_checkpoint_verified.storage.log.tail import TAIL_WINDOW
 

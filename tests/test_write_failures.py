@@ -1,6 +1,6 @@
 """A full disk or a revoked permission at each step of an append and of a compaction.
 
-An append to a thread's log (``FileStorage._append``) goes: open the log,
+An append to a thread's log (``LogAppender.append``) goes: open the log,
 ``flock`` it, cut a torn tail left by a crashed writer (``ftruncate``), one
 ``pwrite`` of the new entries into the room at the log's end (after a ``pwrite``
 of new room, when they outgrow it), one ``fdatasync``. A compaction (``compact``,

@@ -5,6 +5,8 @@ entries and hints (pure), ``room`` the zeros kept ahead of the entries for appen
 to overwrite, ``tail`` the reading of a log past what is known of it (entries,
 room, torn tail, damage), ``parity`` and ``redundancy`` the sidecar that rebuilds a
 damaged block, ``key_directory`` the in-memory index of a log (and the hint it may
-be opened from), ``thread_log`` what a process keeps of one log, and
-``file_storage`` the ``FileStorage`` that appends, reads, syncs and compacts.
+be opened from), ``thread_log`` what a process keeps of one log, ``commits`` group commit,
+``reading`` the ``LogReader`` that keeps a key directory up to date and reads
+entries back, ``appending`` the ``LogAppender`` that appends and syncs, and
+``file_storage`` the ``FileStorage`` that routes keys to logs, compacts and scrubs.
 """

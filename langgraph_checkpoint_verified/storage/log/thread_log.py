@@ -18,6 +18,25 @@ from langgraph_checkpoint_verified.storage.log.key_directory import KeyDirectory
 from langgraph_checkpoint_verified.storage.log.redundancy import ParityFile
 
 LOG_NAME = "log"
+LOG_PARENTS = ("threads", "memories")
+"""Each directory under these is one log: a thread's, or the memory store's of one label."""
+RETIRED_NAME = ".log-retired"
+"""A log's last entry before a compaction renames a new log over it, or a deletion moves
+its thread away, is a tombstone of ``<thread>/.log-retired`` (a key no record has): a
+process that knows the log up to some point learns that its file is still at its path
+from the zeros after that point, and looks at the path again when it reads this."""
+
+
+def thread_dir_key(key: str) -> str | None:
+    """The log a key is in: ``threads/<T>`` for a key inside a thread (or the thread
+    itself), ``memories/<L>`` for one of the memory store's labels; else ``None``."""
+    if key.startswith("threads/"):
+        end = key.find("/", 8)
+    elif key.startswith("memories/"):
+        end = key.find("/", 9)
+    else:
+        return None
+    return key if end == -1 else key[:end]
 
 
 @dataclass(frozen=True)
@@ -87,7 +106,7 @@ class ThreadLog:
         self.made_here = False
         """Whether this process has just made the thread's directory, to create its log:
         it holds no record files of the layout before logs, which the reading of the new
-        log (``FileStorage._rebuild``) need not look for."""
+        log (``LogReader.rebuild``) need not look for."""
         self.spans: list[DamagedBytes] = []
         """Damage between entries that names no record of this thread, as read so far."""
         self.holds_damage = False
@@ -102,7 +121,7 @@ class ThreadLog:
         self.healed: set[int] = set()
         """Offsets of the blocks rebuilt from parity so far (each is reported once)."""
         self.append_fd: int | None = None
-        """Kept open between appends (see ``FileStorage._appending``)."""
+        """Kept open between appends (see ``LogAppender.appending``)."""
         self.append_ino: int | None = None
         self.retiring = False
         """Whether the last entry read is the log's retirement (a compaction or a deletion

@@ -98,9 +98,6 @@ if sys.platform != "win32":
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 _OPEN_LOGS = 256
 
-_InLog = tuple[int, int]
-"""Where an entry's data lies in the log: (offset, size)."""
-
 
 class FileStorage:
     """Records as entries of one append-only log per thread (see the module docstring).
@@ -200,8 +197,6 @@ class FileStorage:
                     old.close()
             finally:
                 old.writing.release()
-
-    # -- keeping the key directory up to date --------------------------------
 
     # -- Storage ----------------------------------------------------------------
 

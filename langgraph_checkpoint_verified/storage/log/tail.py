@@ -4,7 +4,7 @@ room, a torn tail, or damage (LevelDB keeps its log reader apart from its writer
 ``read_tail`` reads from an offset to the file's size, checks every entry, rebuilds
 from the parity what fails its checks where it can, and says where the intact part
 ends and whether only room follows it (``storage.log.room``). It changes nothing:
-``FileStorage`` takes what it found into the key directory and reports the damage.
+``LogReader`` takes what it found into the key directory and reports the damage.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """One thread's log as a process knows it: its files, what was read of it, its key directory.
 
 ``FileStorage`` keeps one ``ThreadLog`` per thread it touched (the least recently
-used are closed) and does all the reading and appending; this is the state it
-keeps, and how an entry read or appended changes the key directory.
+used are closed); its ``LogReader`` and ``LogAppender`` do the reading and the
+appending. This is the state they keep, how an entry read or appended changes
+the key directory, and which log a key is in (``thread_dir_key``).
 """
 
 from __future__ import annotations

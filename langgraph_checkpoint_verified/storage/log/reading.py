@@ -9,8 +9,8 @@ its retirement, ``RETIRED_NAME``, first); else one ``stat`` of the path, then th
 file read afresh or the entries appended since read. A log opened for the first time
 is read from its hint (``hint_file``) and the tail after it; damage found between
 entries is reported (``on_damaged_span``), blocks rebuilt from parity too
-(``on_healed``). ``FileStorage`` routes keys to logs and calls this under each log's
-``lock``.
+(``on_healed``). ``FileStorage`` routes keys to logs and calls this holding each
+log's ``ThreadLog.lock`` (a thread lock of this process; readers take no ``flock``).
 """
 
 from __future__ import annotations

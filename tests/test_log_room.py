@@ -17,7 +17,12 @@ from logtools import view_log
 from langgraph_checkpoint_verified.storage.log.entries import HEADER_SIZE, PUT, encode_entry
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, FileStorage
 from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE
-from langgraph_checkpoint_verified.storage.log.room import ALIGNMENT, MAX_ROOM, MIN_ROOM
+from langgraph_checkpoint_verified.storage.log.room import (
+    ALIGNMENT,
+    MAX_ROOM,
+    MIN_ROOM,
+    zeros_start,
+)
 
 T = "threads/t"
 
@@ -178,3 +183,19 @@ def test_an_entry_torn_inside_its_checksum_is_a_torn_tail_when_the_parity_cannot
     view = view_log(log.read_bytes(), T)
     assert view.whole and view.entries[-1].key == f"{T}/ns/next"
     assert torn not in log.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "size", [1, BLOCK_SIZE, 64 * 1024, 64 * 1024 + BLOCK_SIZE + 1, MAX_ROOM + 3]
+)
+def test_the_zeros_that_end_a_log_start_after_its_last_byte_that_is_not_one(size):
+    """``zeros_start`` (where a search for the next entry stops) compares chunks, then
+    blocks, with zeros from the end: it gives what stripping them byte by byte gives,
+    wherever the last byte that is not a zero lies, chunk and block edges included."""
+    edges = {0, 1, BLOCK_SIZE - 1, BLOCK_SIZE, 64 * 1024 - 1, 64 * 1024, size // 2, size - 1}
+    assert zeros_start(bytes(size)) == 0
+    for last in sorted(at for at in edges if 0 <= at < size):
+        data = bytearray(size)
+        data[last] = 0x4C
+        data[last // 3] = 0x47  # an earlier byte that is not a zero changes nothing
+        assert zeros_start(bytes(data)) == len(bytes(data).rstrip(b"\0")) == last + 1

@@ -41,6 +41,7 @@ from typing import NamedTuple
 import ormsgpack
 
 from langgraph_checkpoint_verified.records.format import ENTRY_MAGIC
+from langgraph_checkpoint_verified.storage.log.room import zeros_start
 
 PUT = 1
 DELETE = 2
@@ -191,13 +192,17 @@ def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[Da
     damaged: list[DamagedSpan] = []
     offset = start
     end = start
+    # no entry starts in the zeros data ends with: a search for the next one stops there
+    zeros = None
     while offset < len(view):
         found = _entry_at(view, offset)
         if isinstance(found, Entry):
             entries.append(found)
             offset = end = found.end
             continue
-        following = _next_entry(raw, view, offset + 1)
+        if zeros is None:
+            zeros = zeros_start(raw)
+        following = _next_entry(raw, view, offset + 1, zeros)
         if following is None:
             # Nothing intact after it. Entries complete by their own headers were
             # written whole, and may have been acknowledged: damage, reported and
@@ -244,10 +249,11 @@ def _why_not(view: memoryview, offset: int) -> str:
     return found if isinstance(found, str) else "entry checksum mismatch"
 
 
-def _next_entry(raw: bytes, view: memoryview, offset: int) -> Entry | None:
-    """The first intact entry at or after ``offset`` (resynchronization)."""
+def _next_entry(raw: bytes, view: memoryview, offset: int, limit: int) -> Entry | None:
+    """The first intact entry at or after ``offset`` and starting before ``limit``
+    (resynchronization)."""
     while True:
-        found_at = raw.find(ENTRY_MAGIC, offset)
+        found_at = raw.find(ENTRY_MAGIC, offset, limit)
         if found_at < 0:
             return None
         found = _entry_at(view, found_at)

@@ -76,4 +76,28 @@ def all_zeros(data: bytes, start: int = 0) -> bool:
     return True
 
 
+def zeros_start(data: bytes) -> int:
+    """Where the zeros that end ``data`` start (``len(data)`` if its last byte is not one):
+    after the entries, room or lost blocks, where no entry can start.
+
+    Example:
+        >>> zeros_start(b"LGCE" + bytes(200_000)), zeros_start(b"LGCE"), zeros_start(bytes(9))
+        (4, 4, 0)
+        >>> zeros_start(bytes(70_000) + b"x" + bytes(140_000))
+        70001
+    """
+    # chunks compared with zeros from the end (memcmp), a block at a time in the last
+    # one that is not all zeros, and only that block stripped byte by byte
+    end = len(data)
+    for step in (len(_ZEROS), 4096):
+        while end > 0:
+            start = max(0, end - step)
+            if data[start:end] != _ZEROS[: end - start]:
+                break
+            end = start
+        else:
+            return 0
+    return max(0, end - 4096) + len(data[max(0, end - 4096) : end].rstrip(b"\0"))
+
+
 _ZEROS = bytes(64 * 1024)

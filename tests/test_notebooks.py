@@ -74,8 +74,8 @@ EXPECTED_OUTPUT = {
         "node runs: 6",
         # one bit flipped: rebuilt from the log's parity, served, reported, written back
         "alpha reads at step 7 with 3 turns",
-        "reported: damaged block rebuilt from the log's parity; run repair to write it back "
-        "| healed: True",
+        "reported: damaged block rebuilt from the log's parity; the thread's next append "
+        "writes it back (or repair) | healed: True",
         "RecoveryStats(damaged_records=0, unreadable_records=0, quarantined_records=0, "
         "fallbacks=0, restarts_from_scratch=0, healed_blocks=1)",
         "written back: [True]",

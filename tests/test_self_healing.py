@@ -157,6 +157,92 @@ def test_a_damaged_block_is_reported_healed_once_and_verify_names_it(chat_store,
     assert report.damaged == []
 
 
+class LogCalls:
+    """The ``os.pwrite`` (offset) and ``os.fdatasync`` (``None``) calls on ``log``, in order."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, log: Path) -> None:
+        self.calls: list[int | None] = []
+        real_sync, real_pwrite = os.fdatasync, os.pwrite
+
+        def fdatasync(fd: int) -> None:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(log):
+                self.calls.append(None)
+            real_sync(fd)
+
+        def pwrite(fd: int, data: Any, offset: int) -> int:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(log):
+                self.calls.append(offset)
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        monkeypatch.setattr(os, "pwrite", pwrite)
+
+
+def one_more_step(saver: VerifiedSaver) -> None:
+    """One step, each call stored before the next is made (the syncs are then the same
+    from run to run: with LangGraph's default durability, calls that meet share one)."""
+    chat_graph(saver).invoke({"messages": [HumanMessage("one more")]}, THREAD, durability="sync")
+
+
+def damaged_copy(root: Path, copy: Path) -> tuple[Path, bytes, int]:
+    """A copy of the store with one 4 KB block of the chat's log lost: the log, its
+    bytes before, and where the block is."""
+    shutil.copytree(root, copy)
+    log = copy / "threads" / "chat" / "log"
+    written = log.read_bytes()
+    block = STRIPE_SIZE + 5 * BLOCK_SIZE
+    data = bytearray(written)
+    data[block : block + BLOCK_SIZE] = bytes(BLOCK_SIZE)
+    log.write_bytes(bytes(data))
+    return log, written, block
+
+
+def test_the_next_append_writes_a_rebuilt_block_back_within_its_own_sync(
+    chat_store, tmp_path, monkeypatch
+):
+    """A thread in use heals on disk: the block a read rebuilt is written back in its
+    place by the thread's next append, just before its entries, and made durable by that
+    append's sync (none of its own); the next process reads the log whole, with nothing
+    to rebuild or report."""
+    root, truth = chat_store
+    log, written, block = damaged_copy(root, tmp_path / "damaged")
+    intact = view_log(written, "threads/chat").end
+    saver = VerifiedSaver(log.parents[2])
+    assert history(saver) == truth
+    assert saver.stats.healed_blocks == 1
+    assert log.read_bytes()[block : block + BLOCK_SIZE] == bytes(BLOCK_SIZE), "reads write nothing"
+
+    calls = LogCalls(monkeypatch, log).calls
+    one_more_step(saver)
+    assert calls.count(block) == 1
+    at = calls.index(block)
+    assert calls[at + 1] is not None and calls[at + 1] >= intact, "then the entries"
+    assert None in calls[at + 1 :], "synced with them"
+    assert log.read_bytes()[:intact] == written[:intact], "every byte back"
+
+    seen: list[Any] = []
+    after = VerifiedSaver(log.parents[2], on_corruption=seen.append)
+    assert len(history(after)) == len(truth) + 3  # the step's three checkpoints
+    assert seen == [] and after.stats.healed_blocks == 0
+    assert after.verify().ok
+
+
+def test_a_block_written_back_by_another_first_is_left_as_it_is(chat_store, tmp_path, monkeypatch):
+    """The stripe is rebuilt afresh under the log's lock: a block ``repair`` (or another
+    process's append) already wrote back has nothing to rebuild, and is not written again."""
+    root, truth = chat_store
+    log, written, block = damaged_copy(root, tmp_path / "damaged")
+    saver = VerifiedSaver(log.parents[2])
+    assert history(saver) == truth
+    repaired = VerifiedSaver(log.parents[2]).verify(repair=True)
+    assert [h.written_back for h in repaired.healed] == [True]
+    calls = LogCalls(monkeypatch, log).calls
+    one_more_step(saver)
+    assert block not in calls
+    assert log.read_bytes()[: block + BLOCK_SIZE] == written[: block + BLOCK_SIZE]
+    assert VerifiedSaver(log.parents[2]).verify().ok
+
+
 def test_two_damaged_blocks_in_one_stripe_never_return_wrong_data(chat_store, tmp_path):
     root, truth = chat_store
     rng = random.Random("two-in-a-stripe")

@@ -293,13 +293,17 @@ class DamageReporter:
         """Handle a damaged block of a log that was rebuilt from its parity (``storage.log``).
 
         What was read is intact, so nothing falls back and nothing is moved; the
-        damage is reported all the same, and stays on disk until ``repair``
-        writes the rebuilt block back in its place.
+        damage is reported all the same, and stays on disk until the next append to
+        the log (``LogAppender``), or ``repair``, writes the rebuilt block back in
+        its place.
         """
         damage = Damage(
             key=key or location,
             location=location,
-            reason="damaged block rebuilt from the log's parity; run repair to write it back",
+            reason=(
+                "damaged block rebuilt from the log's parity; "
+                "the thread's next append writes it back (or repair)"
+            ),
             kind=kind_name(key or ""),
             healed=True,
         )

@@ -28,7 +28,9 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     encode_entry,
 )
 from langgraph_checkpoint_verified.storage.log.hint_file import hint_due, write_hint
+from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE
 from langgraph_checkpoint_verified.storage.log.reading import LogReader
+from langgraph_checkpoint_verified.storage.log.redundancy import rebuilt_blocks
 from langgraph_checkpoint_verified.storage.log.room import room_after
 from langgraph_checkpoint_verified.storage.log.thread_log import (
     RETIRED_NAME,
@@ -106,6 +108,8 @@ class LogAppender:
                 os.ftruncate(fd, log.end)
                 log.parity.forget_after(log.end)
                 size = log.end
+            if log.rewrite:
+                self._write_back(log, fd)
             new_end = log.end + len(appended)
             if new_end > size:
                 # outgrown: new room after the entries, written first (the entries are
@@ -143,6 +147,28 @@ class LogAppender:
         log.end = offset
         if deferred and not log.held:
             self._settle(log)
+
+    @staticmethod
+    def _write_back(log: ThreadLog, fd: int) -> None:
+        """Write the blocks reads rebuilt from the log's parity back in their places, before
+        the entries (caller holds the ``flock``): the append's sync makes them durable with
+        its own, and every reader, in any process, finds the log whole again. Each stripe
+        is rebuilt afresh from what the file holds now: a block written back since (by
+        ``repair``, or another process) has nothing left to rebuild and is left as it is.
+
+        Best effort: a block that cannot be written stays as it was, rebuilt by every read
+        and named by ``verify`` until ``repair`` writes it; the append goes on.
+        """
+        blocks, log.rewrite = sorted(b for b in log.rewrite if b < log.end), set()
+        try:
+            stripes = log.parity.heal(fd, [(b, min(b + BLOCK_SIZE, log.end)) for b in blocks])
+            for start, stripe in stripes.items():
+                on_disk = os.pread(fd, len(stripe), start)
+                for block in rebuilt_blocks(on_disk, start, {start: stripe}):
+                    end = min(block + BLOCK_SIZE, start + len(stripe), log.end)
+                    write_all_at(fd, stripe[block - start : end - start], block)
+        except OSError:
+            return
 
     def _settle(self, log: ThreadLog) -> None:
         """Sync what lock blocks appended and left unsettled (one ``fdatasync`` for all),

@@ -352,7 +352,9 @@ class LogReader:
             self.on_damaged_span(damaged.location, damaged.reason, raw, key, damaged.span_id)
 
     def _healed(self, log: ThreadLog, blocks: builtins.list[int], key: str | None) -> None:
-        """Report blocks of ``log`` rebuilt from its parity (each once per opening)."""
+        """Report blocks of ``log`` rebuilt from its parity (each once per opening), and
+        leave them for its next append to write back."""
+        log.rewrite.update(blocks)
         for offset in blocks:
             if offset in log.healed:
                 continue

@@ -121,6 +121,9 @@ class ThreadLog:
         self.parity = ParityFile(self.path)
         self.healed: set[int] = set()
         """Offsets of the blocks rebuilt from parity so far (each is reported once)."""
+        self.rewrite: set[int] = set()
+        """Offsets of blocks rebuilt from parity that the next append writes back in place
+        (``LogAppender``): a log in use heals on disk, not only in what is read."""
         self.append_fd: int | None = None
         """Kept open between appends (see ``LogAppender.appending``)."""
         self.append_ino: int | None = None
@@ -144,6 +147,7 @@ class ThreadLog:
         if next_ino is None or not self.parity.is_for(next_ino):
             self.parity.close()
         self.healed = set()
+        self.rewrite = set()
 
     def forget_locks_in_child(self) -> None:
         """In a forked child: no thread holds this log (the parent's threads are not here),

@@ -100,6 +100,46 @@ def test_no_hint_for_a_log_with_damage_in_it(tmp_path):
     assert not VerifiedSaver(root).verify(thread_id="t").ok
 
 
+def test_a_log_whose_damage_was_moved_aside_gets_a_hint_again(tmp_path, monkeypatch):
+    """Damage keeps a log from its hint only while it stands: once the damaged record is
+    quarantined (its key deleted from the log), hints cover the log past it again, and a
+    process opening the thread reads what was appended after the newest hint, not all that
+    was appended since the damage."""
+    root = tmp_path / "store"
+    fill(VerifiedSaver(root, fsync=False), 1500)
+    log = root / "threads/t/log"
+    lose_parity(log)  # damage beyond what parity rebuilds
+    newest = scan(log.read_bytes())[0][-1]
+    assert newest.key.endswith(".ckpt")
+    with open(log, "r+b") as f:  # a byte flipped in the newest checkpoint's record
+        f.seek(newest.data_offset + newest.data_size // 2)
+        byte = f.read(1)
+        f.seek(newest.data_offset + newest.data_size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    saver = VerifiedSaver(root, fsync=False)
+    assert saver.get_tuple(THREAD).metadata["step"] == 1498
+    assert saver.stats.quarantined_records == 1
+    damaged_at = newest.offset
+    fill(saver, 1500, start=1500)  # the thread goes on: far more than HINT_AFTER_BYTES
+    appended = log.stat().st_size - damaged_at
+
+    read = []
+    real = os.pread
+    monkeypatch.setattr(
+        os,
+        "pread",
+        lambda fd, n, at: (
+            read.append(n) if os.readlink(f"/proc/self/fd/{fd}") == str(log) else None,
+            real(fd, n, at),
+        )[1],
+    )
+    reader = VerifiedSaver(root)
+    assert reader.get_tuple(THREAD).metadata["step"] == 2999
+    assert sum(read) < appended / 2
+    assert reader.stats.damaged_records == 0  # the quarantined record is behind the hint
+    assert len(list(reader.list(THREAD))) == 2999
+
+
 def test_a_hint_of_an_earlier_layout_is_ignored_and_replaced(tmp_path):
     """Version 1 listed ``[key, offset, size]`` a key at a time, version 2 a directory at a
     time; both were read whole. Either is read past, and the next reader leaves a new one."""

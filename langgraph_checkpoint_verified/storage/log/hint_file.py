@@ -79,7 +79,7 @@ def hint_due(log: ThreadLog) -> bool:
     hint by ``HINT_AFTER_BYTES`` and by a ``HINT_REWRITE_COST``-th of the hint's size,
     so that rewriting the hint costs at most that many bytes per byte appended, and
     what a process opening the thread scans after the hint stays within that."""
-    if log.holds_damage:
+    if log.holds_damage():
         return False  # no hint is left for a log with damage: do not try at every append
     return log.end - log.hint_end >= max(HINT_AFTER_BYTES, log.hint_size // HINT_REWRITE_COST)
 
@@ -88,10 +88,11 @@ def write_hint(log: ThreadLog) -> None:
     """Save the key directory beside the log, so the next process reads less of it.
 
     Only a shortcut: not synced, written whole or not at all (temp file,
-    rename), and ignored unless it names the current log. A log with damage
-    or record files in it gets none: those are found by reading it.
+    rename), and ignored unless it names the current log. A log with damage that
+    still stands (``ThreadLog.holds_damage``), or record files in it, gets none: those
+    are found by reading it.
     """
-    if log.holds_damage or log.fd is None or log.end < LOG_TAIL_SIZE:
+    if log.holds_damage() or log.fd is None or log.end < LOG_TAIL_SIZE:
         return
     directory = log.index
     # a directory still partly in its hint carries the blocks it never read as they

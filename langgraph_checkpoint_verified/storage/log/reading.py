@@ -196,7 +196,7 @@ class LogReader:
         log.reading = next(_OPENINGS)
         log.retiring = False
         log.spans = []
-        log.holds_damage = False
+        log.damaged_keys = set()
         log.shadowed = {}
         log.index = KeyDirectory()
         log.end = 0
@@ -227,7 +227,7 @@ class LogReader:
         assert log.fd is not None
         self.read_tail(scratch, log.fd, log.end)  # leaves a new hint, as any full read
         log.spans = scratch.spans
-        log.holds_damage = log.holds_damage or scratch.holds_damage
+        log.damaged_keys |= scratch.damaged_keys
         log.hint_end, log.hint_size = scratch.hint_end, scratch.hint_size
         return scratch.index
 
@@ -336,7 +336,7 @@ class LogReader:
             # now reads back as the damaged stretch, byte for byte, which does not
             # verify, so the saver reports and quarantines it like any damaged record.
             log.index[key] = DamagedEntry(base + span.offset, raw)
-            log.holds_damage = True
+            log.damaged_keys.add(key)
             return
         damaged = DamagedBytes(
             location=f"{log.path}@{base + span.offset}",
@@ -347,7 +347,6 @@ class LogReader:
             span_id=f"{log.ino}-{base + span.offset}",
         )
         log.spans.append(damaged)
-        log.holds_damage = True
         if self.on_damaged_span is not None:
             self.on_damaged_span(damaged.location, damaged.reason, raw, key, damaged.span_id)
 

@@ -110,8 +110,8 @@ class ThreadLog:
         log (``LogReader.rebuild``) need not look for."""
         self.spans: list[DamagedBytes] = []
         """Damage between entries that names no record of this thread, as read so far."""
-        self.holds_damage = False
-        """Whether damage was found in the log as read so far (no hint is left for it)."""
+        self.damaged_keys: set[str] = set()
+        """Keys whose entry was found damaged (a ``DamagedEntry``), as read so far."""
         self.shadowed: dict[str, str] = {}
         """Record files (the layout before logs) whose key the log holds since: key -> path."""
         self.hint_end = 0
@@ -131,6 +131,18 @@ class ThreadLog:
         """Whether the last entry read is the log's retirement (a compaction or a deletion
         moves it from its path next): until the path names another file, every look at
         the log looks at its path too."""
+
+    def holds_damage(self) -> bool:
+        """Whether the log holds damage that still stands, as read so far: bytes that name
+        no record of the thread, or a key whose latest entry is damaged. No hint is left
+        for such a log: a reader finds the damage by reading it. Damage of a record deleted
+        since (the quarantine's move appends a deletion) or written again stands no more
+        (and its key is forgotten here): a hint covering it names what the log holds now,
+        and readers skip it."""
+        self.damaged_keys = {
+            key for key in self.damaged_keys if isinstance(self.index.get(key), DamagedEntry)
+        }
+        return bool(self.spans or self.damaged_keys)
 
     def close(self) -> None:
         self.close_read()

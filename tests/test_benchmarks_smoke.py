@@ -42,6 +42,8 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     recovery = results["recovery"]
     # skipped (with its reason in the tables) if the store stops keeping a file per checkpoint
     assert "skipped" in recovery or set(recovery["cases"]) == {"0", "1", "10", "100"}
+    for case in recovery.get("cases", {}).values():
+        assert case["after_step_returned_expected"], case  # the checkpoint just put
 
     damage = results["damage"]
     settings = results["settings"]

@@ -100,11 +100,27 @@ def test_no_hint_for_a_log_with_damage_in_it(tmp_path):
     assert not VerifiedSaver(root).verify(thread_id="t").ok
 
 
+def log_bytes_read(monkeypatch: pytest.MonkeyPatch, log, call) -> tuple[int, object]:
+    """How many bytes of ``log`` ``call()`` reads, and what it returns."""
+    read = []
+    real = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(log):
+            read.append(size)
+        return real(fd, size, offset)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "pread", pread)
+        returned = call()
+    return sum(read), returned
+
+
 def test_a_log_whose_damage_was_moved_aside_gets_a_hint_again(tmp_path, monkeypatch):
-    """Damage keeps a log from its hint only while it stands: once the damaged record is
-    quarantined (its key deleted from the log), hints cover the log past it again, and a
-    process opening the thread reads what was appended after the newest hint, not all that
-    was appended since the damage."""
+    """Damage keeps a log from its hint only while it stands: the read that quarantines
+    the damaged record (its key deleted from the log) leaves a hint past it at once, and
+    hints follow the log as it grows again. A process opening the thread reads what was
+    appended after the newest hint, not the damage again, nor all that came after it."""
     root = tmp_path / "store"
     fill(VerifiedSaver(root, fsync=False), 1500)
     log = root / "threads/t/log"
@@ -116,28 +132,25 @@ def test_a_log_whose_damage_was_moved_aside_gets_a_hint_again(tmp_path, monkeypa
         byte = f.read(1)
         f.seek(newest.data_offset + newest.data_size // 2)
         f.write(bytes([byte[0] ^ 0xFF]))
+    unmoved = VerifiedSaver(root, quarantine=False)
+    damaged, _ = log_bytes_read(monkeypatch, log, lambda: unmoved.get_tuple(THREAD))
     saver = VerifiedSaver(root, fsync=False)
     assert saver.get_tuple(THREAD).metadata["step"] == 1498
     assert saver.stats.quarantined_records == 1
+
+    def newest_step() -> int:
+        reader = VerifiedSaver(root)
+        step = reader.get_tuple(THREAD).metadata["step"]
+        assert reader.stats.damaged_records == 0  # the quarantined record is behind the hint
+        return step
+
+    read, step = log_bytes_read(monkeypatch, log, newest_step)
+    assert step == 1498 and read < damaged / 4  # not the damage, nor the room after it
     damaged_at = newest.offset
     fill(saver, 1500, start=1500)  # the thread goes on: far more than HINT_AFTER_BYTES
-    appended = log.stat().st_size - damaged_at
-
-    read = []
-    real = os.pread
-    monkeypatch.setattr(
-        os,
-        "pread",
-        lambda fd, n, at: (
-            read.append(n) if os.readlink(f"/proc/self/fd/{fd}") == str(log) else None,
-            real(fd, n, at),
-        )[1],
-    )
-    reader = VerifiedSaver(root)
-    assert reader.get_tuple(THREAD).metadata["step"] == 2999
-    assert sum(read) < appended / 2
-    assert reader.stats.damaged_records == 0  # the quarantined record is behind the hint
-    assert len(list(reader.list(THREAD))) == 2999
+    read, step = log_bytes_read(monkeypatch, log, newest_step)
+    assert step == 2999 and read < (log.stat().st_size - damaged_at) / 2
+    assert len(list(VerifiedSaver(root).list(THREAD))) == 2999
 
 
 def test_a_hint_of_an_earlier_layout_is_ignored_and_replaced(tmp_path):

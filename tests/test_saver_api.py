@@ -323,7 +323,8 @@ def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp
     real_pwrite, real_open = os.pwrite, os.open
 
     def counted_pwrite(fd, data, offset):
-        pwrites.append(len(data))
+        if os.readlink(f"/proc/self/fd/{fd}") in (str(log), f"{log}.parity"):
+            pwrites.append(len(data))  # (the hint the read leaves past the damage aside)
         return real_pwrite(fd, data, offset)
 
     def counted_open(path, flags, *args, **kwargs):

@@ -81,6 +81,8 @@ def hint_due(log: ThreadLog) -> bool:
     what a process opening the thread scans after the hint stays within that."""
     if log.holds_damage():
         return False  # no hint is left for a log with damage: do not try at every append
+    if log.damage_settled:
+        return True  # the damage was moved aside: readers need not read past it again
     return log.end - log.hint_end >= max(HINT_AFTER_BYTES, log.hint_size // HINT_REWRITE_COST)
 
 
@@ -94,6 +96,7 @@ def write_hint(log: ThreadLog) -> None:
     """
     if log.holds_damage() or log.fd is None or log.end < LOG_TAIL_SIZE:
         return
+    log.damage_settled = False  # tried once: from now on, as the log grows
     directory = log.index
     # a directory still partly in its hint carries the blocks it never read as they
     # are, copied from that hint file: only the blocks whose keys changed are decoded

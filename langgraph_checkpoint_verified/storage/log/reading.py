@@ -196,7 +196,7 @@ class LogReader:
         log.reading = next(_OPENINGS)
         log.retiring = False
         log.spans = []
-        log.damaged_keys = set()
+        log.damaged_keys, log.damage_settled = set(), False
         log.shadowed = {}
         log.index = KeyDirectory()
         log.end = 0

@@ -112,6 +112,9 @@ class ThreadLog:
         """Damage between entries that names no record of this thread, as read so far."""
         self.damaged_keys: set[str] = set()
         """Keys whose entry was found damaged (a ``DamagedEntry``), as read so far."""
+        self.damage_settled = False
+        """Whether damage found in the log stands no more since the last hint was written:
+        the next hint is due at once, so that no later reader reads past it again."""
         self.shadowed: dict[str, str] = {}
         """Record files (the layout before logs) whose key the log holds since: key -> path."""
         self.hint_end = 0
@@ -139,9 +142,11 @@ class ThreadLog:
         since (the quarantine's move appends a deletion) or written again stands no more
         (and its key is forgotten here): a hint covering it names what the log holds now,
         and readers skip it."""
-        self.damaged_keys = {
-            key for key in self.damaged_keys if isinstance(self.index.get(key), DamagedEntry)
-        }
+        if self.damaged_keys:
+            self.damaged_keys = {
+                key for key in self.damaged_keys if isinstance(self.index.get(key), DamagedEntry)
+            }
+            self.damage_settled = not (self.spans or self.damaged_keys)
         return bool(self.spans or self.damaged_keys)
 
     def close(self) -> None:

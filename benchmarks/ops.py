@@ -26,6 +26,7 @@ from typing import Any
 
 from chat import MEMORY, SQLITE, VERIFIED_FILES, VERIFIED_MEMORY
 from damage import checkpoint_spans, flip_bytes
+from langgraph.checkpoint.base import create_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from measure import p50_p99, paired_ratio, percentile, rotated, tree_bytes
@@ -346,6 +347,19 @@ def link_logs(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
+def unlink_logs(copy: Path) -> None:
+    """Give each thread log of ``copy`` still hard-linked to the pristine store a file of its
+    own (written and fsynced, as ``flip_bytes`` does), before anything appends to it."""
+    for log in copy.glob("threads/*/log"):
+        if log.stat().st_nlink > 1:
+            data = log.read_bytes()
+            log.unlink()
+            with log.open("wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+
+
 def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]) -> dict:
     """Open + get_tuple with the newest K checkpoints damaged (one byte flipped in each).
 
@@ -354,7 +368,8 @@ def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]
     with the damaged files rewritten (``damage.py`` finds the records, in files of
     their own or in a thread's log). Timed: ``VerifiedSaver(copy)`` (defaults)
     + ``get_tuple``, the first read, which quarantines the damage, and the same
-    again with a new saver. Baseline: SqliteSaver open + ``get_tuple`` on the same
+    again with a new saver; then, once the first saver put the thread's next
+    checkpoint, the same again. Baseline: SqliteSaver open + ``get_tuple`` on the same
     checkpoints, undamaged (SQLite cannot read past damage at all).
     """
     newest_first = sorted(ids, reverse=True)
@@ -365,7 +380,8 @@ def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]
         return {"skipped": f"the record of checkpoint {missing[0]} was not found in the store"}
     config = {"configurable": {"thread_id": "history"}}
     samples: dict[int, dict[str, list[float]]] = {
-        k: {"first": [], "second": [], "sqlite": []} for k in settings.recovery_damaged
+        k: {"first": [], "second": [], "after_step": [], "sqlite": []}
+        for k in settings.recovery_damaged
     }
     checks: dict[int, dict[str, Any]] = {}
     for repeat in range(settings.recovery_repeats):
@@ -398,6 +414,24 @@ def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]
                 and _as_written(db, config, found)
             )
 
+            # The thread goes on: the first saver puts the next checkpoint (which writes
+            # a rebuilt block back in place, and lets hints cover quarantined damage), and
+            # a new saver opens the thread after it.
+            unlink_logs(copy)  # the pristine store's log must not grow
+            step = found.metadata.get("step", 0) + 1
+            next_config = saver.put(
+                found.config,
+                create_checkpoint(found.checkpoint, None, step),
+                {"source": "loop", "step": step, "parents": {}},
+                {},
+            )
+            started = time.perf_counter()
+            found = VerifiedSaver(copy).get_tuple(config)
+            samples[damaged]["after_step"].append(time.perf_counter() - started)
+            checks[damaged]["after_step_returned_expected"] = (
+                found is not None and found.config == next_config
+            )
+
             started = time.perf_counter()
             sqlite_saver = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
             baseline = sqlite_saver.get_tuple(config)
@@ -413,6 +447,7 @@ def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]
         cases[str(damaged)] = {
             "first_read_ms": 1000 * first,
             "second_read_ms": 1000 * percentile(series["second"], 50),
+            "after_step_read_ms": 1000 * percentile(series["after_step"], 50),
             "sqlite_open_get_tuple_ms": 1000 * sqlite_time,
             "first_ratio_vs_sqlite": first / sqlite_time,
             **checks[damaged],

@@ -339,8 +339,10 @@ def recovery_tables(results: dict[str, Any]) -> list[str]:
         f"checkpoint records (in their files, or their entries of the thread's log); median "
         f"of {rec['repeats']}. The first read rebuilds each damaged record it reads from the "
         f"log's parity, or quarantines it and falls back; the second is a new saver on the "
-        f"repaired copy. Baseline: SqliteSaver open + get_tuple, undamaged "
-        f"(SQLite cannot fall back past damage).",
+        f"same copy; the third a new saver once the first one put the thread's next "
+        f"checkpoint (the thread goes on: that append writes rebuilt blocks back in place, "
+        f"and hints cover what was quarantined). Baseline: SqliteSaver open + get_tuple, "
+        f"undamaged (SQLite cannot fall back past damage).",
         "",
         HEADER,
     ]
@@ -363,6 +365,17 @@ def recovery_tables(results: dict[str, Any]) -> list[str]:
                 x(case["second_read_ms"] / case["sqlite_open_get_tuple_ms"]),
             )
         )
+        if "after_step_read_ms" in case:
+            expected = case["after_step_returned_expected"]
+            note = "" if expected else ", returned the wrong checkpoint!"
+            lines.append(
+                row(
+                    f"K={damaged}, a new saver after the thread's next step{note}",
+                    ms(case["after_step_read_ms"]),
+                    f"SqliteSaver {ms(case['sqlite_open_get_tuple_ms'])}",
+                    x(case["after_step_read_ms"] / case["sqlite_open_get_tuple_ms"]),
+                )
+            )
     lines.append("")
     return lines
 

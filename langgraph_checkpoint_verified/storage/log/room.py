@@ -86,10 +86,10 @@ def zeros_start(data: bytes) -> int:
         >>> zeros_start(bytes(70_000) + b"x" + bytes(140_000))
         70001
     """
-    # chunks compared with zeros from the end (memcmp), a block at a time in the last
-    # one that is not all zeros, and only that block stripped byte by byte
+    # chunks compared with zeros from the end (memcmp), then 4 KB at a time in the last
+    # chunk that is not all zeros, and only those 4 KB stripped byte by byte
     end = len(data)
-    for step in (len(_ZEROS), 4096):
+    for step in (len(_ZEROS), ALIGNMENT):
         while end > 0:
             start = max(0, end - step)
             if data[start:end] != _ZEROS[: end - start]:
@@ -97,7 +97,8 @@ def zeros_start(data: bytes) -> int:
             end = start
         else:
             return 0
-    return max(0, end - 4096) + len(data[max(0, end - 4096) : end].rstrip(b"\0"))
+    start = max(0, end - ALIGNMENT)
+    return start + len(data[start:end].rstrip(b"\0"))
 
 
 _ZEROS = bytes(64 * 1024)

@@ -31,6 +31,7 @@ from langgraph_checkpoint_verified.storage.files import RecordFileStorage
 from langgraph_checkpoint_verified.storage.log import file_storage
 from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, FileStorage
+from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE
 from langgraph_checkpoint_verified.storage.log.room import all_zeros
 
 CHILD = Path(__file__).with_name("log_child.py")
@@ -582,6 +583,36 @@ def test_a_reader_in_another_process_sees_appends_deletions_and_compactions(tmp_
     storage.delete_tree(T)
     assert reader.read(f"{T}/ns/c") is None
     reader.close()
+
+
+def test_a_block_another_process_writes_back_reads_the_same_before_and_after(tmp_path, children):
+    """A lost 4 KB block, rebuilt from parity by two processes: the one that appends next
+    writes it back, under the log's lock, with its append; the other reads the same bytes
+    before and after, and a process opening the log then finds nothing to rebuild."""
+    values = {f"{T}/ns/{i:02}": os.urandom(1500).hex().encode() for i in range(40)}
+    FileStorage(tmp_path).write_many(sorted(values.items()))
+    log = log_of(tmp_path)
+    written = log.read_bytes()
+    block = 5 * BLOCK_SIZE
+    log.write_bytes(written[:block] + bytes(BLOCK_SIZE) + written[block + BLOCK_SIZE :])
+
+    writer, reader = FileStorage(tmp_path), children()
+    healed: list[str] = []
+    writer.on_healed = lambda location, key: healed.append(location)
+    assert all(writer.read(key) == value for key, value in values.items())
+    assert healed == [f"{log}@{block}"]
+    assert all(reader.read(key) == value for key, value in values.items())
+    assert log.read_bytes()[block : block + BLOCK_SIZE] == bytes(BLOCK_SIZE)  # reads write nothing
+
+    writer.write(f"{T}/ns/next", b"next")
+    assert log.read_bytes()[: len(written)].startswith(written[: block + BLOCK_SIZE])
+    assert all(reader.read(key) == value for key, value in values.items())
+    assert reader.read(f"{T}/ns/next") == b"next"
+    reader.close()
+    fresh = FileStorage(tmp_path)
+    fresh.on_healed = lambda location, key: healed.append(location)
+    assert all(fresh.read(key) == value for key, value in values.items())
+    assert healed == [f"{log}@{block}"]
 
 
 def test_compaction_while_another_process_appends_and_another_reads_loses_nothing(

@@ -179,8 +179,7 @@ class LogCalls:
 
 
 def one_more_step(saver: VerifiedSaver) -> None:
-    """One step, each call stored before the next is made (the syncs are then the same
-    from run to run: with LangGraph's default durability, calls that meet share one)."""
+    """One more step of the chat, each call stored before the next is made."""
     chat_graph(saver).invoke({"messages": [HumanMessage("one more")]}, THREAD, durability="sync")
 
 

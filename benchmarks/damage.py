@@ -77,8 +77,14 @@ def flip_bytes(copy: Path, spans: Iterable[Span]) -> None:
         data = bytearray(path.read_bytes())
         for _, offset, size in file_spans:
             data[offset + size // 2] ^= 0xFF
-        path.unlink()
-        with path.open("wb") as out:
-            out.write(bytes(data))
-            out.flush()
-            os.fsync(out.fileno())
+        write_anew(path, bytes(data))
+
+
+def write_anew(path: Path, data: bytes) -> None:
+    """Replace ``path`` with a new file (a new inode: a hard link to it keeps the old
+    bytes) holding ``data``, fsynced, so no dirty page is left for a timed saver's fsync."""
+    path.unlink()
+    with path.open("wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())

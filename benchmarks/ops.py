@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from chat import MEMORY, SQLITE, VERIFIED_FILES, VERIFIED_MEMORY
-from damage import checkpoint_spans, flip_bytes
+from damage import checkpoint_spans, flip_bytes, write_anew
 from langgraph.checkpoint.base import create_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -349,15 +349,10 @@ def link_logs(source: str, target: str) -> None:
 
 def unlink_logs(copy: Path) -> None:
     """Give each thread log of ``copy`` still hard-linked to the pristine store a file of its
-    own (written and fsynced, as ``flip_bytes`` does), before anything appends to it."""
+    own, before anything appends to it."""
     for log in copy.glob("threads/*/log"):
         if log.stat().st_nlink > 1:
-            data = log.read_bytes()
-            log.unlink()
-            with log.open("wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
+            write_anew(log, log.read_bytes())
 
 
 def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]) -> dict:

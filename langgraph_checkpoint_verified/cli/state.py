@@ -479,7 +479,7 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
     """
 
     def body() -> int:
-        import zstandard
+        from langgraph_checkpoint_verified.records.format import Codec
 
         saver = open_store(store, key_file)
         storage = saver.storage
@@ -491,7 +491,7 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
                 data = saver.storage.read(key) or b""
                 records += 1
                 stored += len(data)
-                raw += _raw_size(data, zstandard)
+                raw += Codec.content_size(data) or len(data)
                 bar.advance(task)
         checkpoints = sum(1 for k in keys if k.endswith(".ckpt"))
         summary = {
@@ -524,18 +524,6 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
 def _count(storage: Storage, prefix: str, suffix: str) -> int:
     """How many records under ``prefix`` end in ``suffix`` (names only, nothing read)."""
     return sum(1 for key in storage.walk(prefix) if key.endswith(suffix))
-
-
-def _raw_size(data: bytes, zstandard: Any) -> int:
-    """The record's size with its payload decompressed (the frame size when unknown)."""
-    start = data.find(b"\x28\xb5\x2f\xfd")  # zstd frame magic
-    if start < 0:
-        return len(data)
-    try:
-        size = zstandard.frame_content_size(data[start:])
-    except zstandard.ZstdError:
-        return len(data)
-    return start + size if size >= 0 else len(data)
 
 
 def checkpoint_count(saver: VerifiedSaver, thread_id: str) -> int:

@@ -70,9 +70,9 @@ _ASYNC_LIST_BATCH = 64
 class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAsyncContextManager):
     """A LangGraph checkpointer that verifies everything it reads.
 
-    Checkpoints, channel values and pending writes are stored as
-    zstd-compressed records, each framed with its identity and checksums that
-    are checked before anything is decompressed or deserialized. Damaged
+    Checkpoints, channel values and pending writes are stored as records
+    (zstd-compressed from 2 KB on disk), each framed with its identity and
+    checksums that are checked before anything is decompressed or deserialized. Damaged
     records are never returned: reads fall back to the newest checkpoint that
     verifies, and the damage is quarantined and reported.
 
@@ -89,7 +89,9 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             written with this key are rejected as damage.
         fsync: ``True`` (the default) makes every acknowledged write survive
             power loss. ``False`` is faster and survives process crashes only.
-        compression_level: zstd level for new records (1 to 22).
+        compression_level: zstd level for new records that are compressed (1 to 22):
+            on disk, a checkpoint or writes record from 2 KB of content (smaller ones
+            are kept as they are); on object storage, every record.
         strict: ``True`` makes ``get_tuple`` raise ``CheckpointDamagedError``
             instead of falling back past damage.
         on_corruption: Called with a ``Damage`` for each damaged record found.

@@ -142,10 +142,26 @@ def test_show_reads_messages_next_nodes_and_interrupts(store: Path) -> None:
     assert ok_json("show", store, "alpha", "--checkpoint", first)["step"] == -1
 
 
-def test_stats(store: Path) -> None:
+class Document(TypedDict):
+    text: str
+
+
+def test_stats(store: Path, tmp_path: Path) -> None:
     stats = ok_json("stats", store)
     assert (stats["threads"], stats["quarantined_records"]) == (3, 0)
-    assert stats["checkpoints"] >= 11 and stats["compression_ratio"] > 1
+    # a chat's records are a few hundred bytes each: kept as they are, not compressed
+    assert stats["checkpoints"] >= 11 and stats["compression_ratio"] == 1.0
+    assert stats["uncompressed_bytes"] == stats["bytes"]
+    # a long text is compressed, and counted at its length
+    builder = StateGraph(Document)
+    builder.add_node("write", lambda state: {"text": "many words " * 2000})
+    builder.add_edge(START, "write")
+    builder.add_edge("write", END)
+    graph = builder.compile(checkpointer=VerifiedSaver(tmp_path / "docs"))
+    graph.invoke({"text": ""}, config("doc"))
+    stats = ok_json("stats", tmp_path / "docs")
+    assert stats["compression_ratio"] > 10
+    assert stats["uncompressed_bytes"] > len("many words " * 2000)
 
 
 def test_piped_and_no_color_output_has_no_escape_codes(store: Path) -> None:

@@ -28,6 +28,7 @@ from s3server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, s3_client
 
 from langgraph_checkpoint_verified import ObjectStorage, StoreUnavailableError, VerifiedSaver
 from langgraph_checkpoint_verified.records import keys as record_keys
+from langgraph_checkpoint_verified.records.format import FLAG_UNCOMPRESSED
 from langgraph_checkpoint_verified.storage.objects import HEAD_EVERY
 
 TESTS = Path(__file__).parent
@@ -112,6 +113,8 @@ def test_records_are_the_same_verified_bytes_as_on_disk(s3_bucket, tmp_path):
     keys = list(saver.storage.walk("threads"))
     assert keys == sorted(keys) and len(keys) == 3
     assert all(k.startswith("threads/t/ns/~/checkpoints/") for k in keys)
+    # compressed, however small: on object storage, bytes cross a network
+    assert not any(saver.storage.read(k)[6] & FLAG_UNCOMPRESSED for k in keys)
     # the objects are where the docs say, under the store's prefix
     listed = s3_client(endpoint).list_objects_v2(Bucket=bucket, Prefix="store/threads/")
     assert sorted(o["Key"] for o in listed["Contents"]) == [f"store/{k}" for k in keys]

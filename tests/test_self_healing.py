@@ -24,6 +24,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from logtools import view_log
 
 from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
+from langgraph_checkpoint_verified.storage.log.entries import scan
 from langgraph_checkpoint_verified.storage.log.parity import (
     BLOCK_SIZE,
     HEADER_SIZE,
@@ -79,9 +80,15 @@ def thread_files(root: Path) -> list[Path]:
     return sorted(p for p in (root / "threads" / "chat").iterdir() if p.is_file())
 
 
+def held(data: bytes | bytearray) -> int:
+    """How many of a file's bytes hold something: all but the zeros it ends with (a
+    log's room, which the next append overwrites: ``test_a_flipped_bit_in_the_room...``)."""
+    return len(bytes(data).rstrip(b"\0"))
+
+
 def flip_bit(path: Path, rng: random.Random) -> int:
     data = bytearray(path.read_bytes())
-    offset = rng.randrange(len(data))
+    offset = rng.randrange(held(data))
     data[offset] ^= 1 << rng.randrange(8)
     path.write_bytes(bytes(data))
     return offset
@@ -89,16 +96,16 @@ def flip_bit(path: Path, rng: random.Random) -> int:
 
 def zero_block(path: Path, rng: random.Random) -> int:
     data = bytearray(path.read_bytes())
-    offset = rng.randrange(0, len(data), BLOCK_SIZE)
+    offset = rng.randrange(0, held(data), BLOCK_SIZE)
     data[offset : offset + BLOCK_SIZE] = bytes(len(data[offset : offset + BLOCK_SIZE]))
     path.write_bytes(bytes(data))
     return offset
 
 
 def damage_once(root: Path, rng: random.Random, kind: str) -> str:
-    """One damage in one of the thread's files, chosen by size as a disk would."""
+    """One damage in the bytes of one of the thread's files, chosen by size as a disk would."""
     files = [p for p in thread_files(root) if p.stat().st_size]
-    path = rng.choices(files, [p.stat().st_size for p in files])[0]
+    path = rng.choices(files, [held(p.read_bytes()) for p in files])[0]
     offset = (flip_bit if kind == "bit" else zero_block)(path, rng)
     return f"{kind} at {path.name}@{offset}"
 
@@ -132,6 +139,32 @@ def test_one_damage_anywhere_costs_no_checkpoint_and_repair_restores_every_byte(
         log = (copy / "threads" / "chat" / "log").read_bytes()
         assert log == originals["log"], f"{where}: repair wrote every byte back"
         shutil.rmtree(copy)
+
+
+def test_a_flipped_bit_in_the_room_costs_nothing_and_the_next_append_overwrites_it(
+    chat_store, tmp_path
+):
+    """The room (zeros after the last entry, ``storage.log.room``) holds nothing: a bit
+    flipped there is no damage to report, and the next append writes over it."""
+    root, truth = chat_store
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    log = copy / "threads" / "chat" / "log"
+    data = bytearray(log.read_bytes())
+    stray = held(data) + 100
+    assert stray < len(data), "the log has room"
+    data[stray] ^= 0x10
+    log.write_bytes(bytes(data))
+    seen = []
+    saver = VerifiedSaver(copy, on_corruption=seen.append)
+    assert history(saver) == truth
+    one_more_step(saver)
+    entries, damaged, _ = scan(log.read_bytes())
+    assert damaged == [] and any(e.offset <= stray < e.end for e in entries)  # written over
+    after = VerifiedSaver(copy, on_corruption=seen.append)
+    later = history(after)
+    assert len(later) > len(truth) and all(later[id_] == values for id_, values in truth.items())
+    assert after.verify().ok and seen == []
 
 
 def test_a_damaged_block_is_reported_healed_once_and_verify_names_it(chat_store, tmp_path):

@@ -1,7 +1,8 @@
 """Small records kept uncompressed (flag bit 1): verified like any other, and cheap.
 
-``VerifiedSaver.in_memory()`` stores the content of a small checkpoint or
-writes record as it is: zstd would cost more time than it saves. The digests
+``VerifiedSaver.in_memory()`` stores the content of a checkpoint or writes
+record under 16 KB as it is, and a store on disk under 2 KB: zstd would cost
+more time than it saves. The digests
 and the identity cover it all the same, a record written compressed before
 still reads, and the work one put costs is counted here, so that a change that
 makes a small put compress again, or hash its bytes more often, fails.
@@ -26,6 +27,7 @@ from langgraph_checkpoint_verified.records.format import (
 from langgraph_checkpoint_verified.storage import MemoryStorage
 
 IDENTITY = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "1"}
+THREAD = {"configurable": {"thread_id": "t"}}
 
 
 def checkpoint(n: int, value: object) -> dict:
@@ -128,12 +130,40 @@ def test_a_large_state_in_memory_is_still_compressed():
     assert not saver.storage.records[newest][6] & FLAG_UNCOMPRESSED
 
 
-def test_a_store_on_disk_keeps_writing_zstd_frames(tmp_path):
+def test_a_step_on_disk_compresses_nothing_and_a_large_state_is_compressed(tmp_path):
     saver = VerifiedSaver(tmp_path / "store", fsync=False)
     codec = saver.codec
     codec.compressions = 0
-    put_steps(saver, 2)
-    assert codec.compressions == 2
+    config = put_steps(saver, 2)
+    saver.put_writes(config, [("count", 3), ("__error__", "boom")], "task-1")
+    assert codec.compressions == 0
+    newest = keys.checkpoint_key("t", "", "0002")
+    assert saver.storage.read(newest)[6] & FLAG_UNCOMPRESSED
+    # the log holds the content as it is
+    assert b"boom" in (tmp_path / "store" / "threads" / "t" / "log").read_bytes()
+    config = saver.put(config, checkpoint(3, "many words " * 400), {"step": 3}, {"count": 3})
+    assert codec.compressions == 1
+    assert not saver.storage.read(keys.checkpoint_key("t", "", "0003"))[6] & FLAG_UNCOMPRESSED
+    again = VerifiedSaver(tmp_path / "store")
+    assert again.get_tuple(config).checkpoint["channel_values"] == {"count": "many words " * 400}
+    assert again.verify().ok
+
+
+def test_a_log_written_compressed_before_reads_and_takes_small_records_beside(tmp_path):
+    writer = VerifiedSaver(tmp_path / "store", fsync=False)
+    writer.engine.writer.uncompressed_below = 0  # as every record on disk was written before
+    put_steps(writer, 3)
+    older = keys.checkpoint_key("t", "", "0003")
+    assert not writer.storage.read(older)[6] & FLAG_UNCOMPRESSED
+    reader = VerifiedSaver(tmp_path / "store", fsync=False)
+    found = reader.get_tuple({"configurable": {"thread_id": "t"}})
+    assert found is not None and found.checkpoint["channel_values"] == {"count": 3}
+    reader.put(found.config, checkpoint(4, 4), {"step": 4}, {"count": 4})
+    assert reader.storage.read(keys.checkpoint_key("t", "", "0004"))[6] & FLAG_UNCOMPRESSED
+    again = VerifiedSaver(tmp_path / "store")
+    assert [c.checkpoint["channel_values"] for c in again.list(THREAD)] == [
+        {"count": n} for n in (4, 3, 2, 1)
+    ]
 
 
 def test_damage_to_an_uncompressed_record_in_memory_is_caught_and_reported():

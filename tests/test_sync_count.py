@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultfs import FaultFS, Tally
+from faultfs import FaultFS, Op, Tally
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified.storage.log.room import MIN_ROOM
+from langgraph_checkpoint_verified.storage.log.thread_log import LOG_NAME
 
 # put: one entry appended to the thread's log, one fdatasync, one write of its parity;
 # no new file, no rename, no directory sync (the log, its parity and its directory were
@@ -115,7 +117,7 @@ class CountingSaver(VerifiedSaver):
         with self.disk.capture() as ops:
             result = call()
         if self.measuring:
-            self.costs.append((method, cost(Tally.of(ops))))
+            self.costs.append((method, cost(ops)))
         return result
 
     def put(self, config, checkpoint, metadata, new_versions):
@@ -131,8 +133,16 @@ class CountingSaver(VerifiedSaver):
         )
 
 
-def cost(tally: Tally) -> dict[str, int]:
+def cost(ops: list[Op]) -> dict[str, int]:
+    """What a call did, its room's zeros apart (a write to the log of a room's size)."""
+    room = [
+        op
+        for op in ops
+        if op.kind == "write" and op.path.endswith(f"/{LOG_NAME}") and op.size >= MIN_ROOM
+    ]
+    tally = Tally.of(op for op in ops if op not in room)
     return {
+        "room_writes": len(room),
         "syncs": tally.syncs,
         "writes": tally.writes,
         "dir_syncs": tally.dir_syncs,
@@ -165,9 +175,17 @@ def steady_state_costs(root: Path, *, fsync: bool, api: str) -> list[tuple[str, 
     return saver.costs
 
 
+def outgrown_once(costs: list[tuple[str, dict[str, int]]]) -> list[tuple[str, dict[str, int]]]:
+    """The costs with the room's zeros set apart: a call whose entries outgrow the log's
+    room writes new room after them first (``storage.log.room``), one write more, and a
+    run's few KB outgrow it once at most."""
+    assert sum(measured.pop("room_writes") for _, measured in costs) <= 1, costs
+    return costs
+
+
 @pytest.mark.parametrize("api", ["sync", "async"])
 def test_each_put_and_put_writes_on_a_warm_thread_costs_the_same(tmp_path, api):
-    costs = steady_state_costs(tmp_path / "store", fsync=True, api=api)
+    costs = outgrown_once(steady_state_costs(tmp_path / "store", fsync=True, api=api))
     for method, measured in costs:
         assert measured in (EXPECTED[method], PASSED_ON), f"{method}: measured {measured}"
     # every call passed on returned once another call's sync covered it: at least one
@@ -178,7 +196,7 @@ def test_each_put_and_put_writes_on_a_warm_thread_costs_the_same(tmp_path, api):
 
 @pytest.mark.parametrize("api", ["sync", "async"])
 def test_without_fsync_nothing_is_synced_and_the_rest_is_the_same(tmp_path, api):
-    costs = steady_state_costs(tmp_path / "store", fsync=False, api=api)
+    costs = outgrown_once(steady_state_costs(tmp_path / "store", fsync=False, api=api))
     for method, measured in costs:
         assert measured["syncs"] == 0, f"{method}: measured {measured}"
         assert measured["dir_syncs"] == 0

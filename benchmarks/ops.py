@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from chat import MEMORY, SQLITE, VERIFIED_FILES, VERIFIED_MEMORY
-from damage import checkpoint_spans, flip_bytes, write_anew
+from damage import checkpoint_spans, flip_bytes, past_hint, write_anew
 from langgraph.checkpoint.base import create_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -258,7 +258,12 @@ def first_open_after_writer(
             assert found == newest, name
             samples[name].append(float(seconds))
         shutil.rmtree(copy)
-    return {name: percentile(values, 50) for name, values in samples.items()}
+    entries, size = past_hint(next((store / "threads").iterdir()))
+    return {
+        **{name: percentile(values, 50) for name, values in samples.items()},
+        # where the writer stopped, between two of its hints, sets how much the reader reads
+        "past_writer_hint": {"entries": entries, "bytes": size},
+    }
 
 
 def history_section(settings: Any, workdir: Path) -> dict[str, Any]:

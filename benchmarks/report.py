@@ -188,10 +188,14 @@ def history_tables(results: dict[str, Any]) -> list[str]:
         lines.extend(percentile_rows(history[op], title, VERIFIED_FILES, SQLITE))
     first = history.get("first_open_after_writer")
     if first:
+        past = first.get("past_writer_hint")
+        where = (
+            f", {past['entries']} entries ({past['bytes'] / 1024:.0f} KB) past it" if past else ""
+        )
         lines.append(
             row(
                 "new process: open + get_tuple of a store as its writer left it (the "
-                "writer's hint, no reader's yet), median of 3",
+                f"writer's hint{where}, no reader's yet), median of 3",
                 ms(first[VERIFIED_FILES] * 1e3),
                 f"{SQLITE} {ms(first[SQLITE] * 1e3)}",
                 x(first[VERIFIED_FILES] / first[SQLITE]),

@@ -39,6 +39,8 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     assert chat["fsyncs"]["VerifiedSaver(path)"]["per_step_mean"] > 0
     assert results["disk"]["growth"]["SqliteSaver"] > 1
     assert results["cli"]["inspect_store"]["checkpoints"] > 0
+    # where the writer left its last hint: what the first reader reads past it
+    assert results["history"]["first_open_after_writer"]["past_writer_hint"]["entries"] > 0
     recovery = results["recovery"]
     # skipped (with its reason in the tables) if the store stops keeping a file per checkpoint
     assert "skipped" in recovery or set(recovery["cases"]) == {"0", "1", "10", "100"}

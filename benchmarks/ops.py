@@ -263,6 +263,7 @@ def first_open_after_writer(
         **{name: percentile(values, 50) for name, values in samples.items()},
         # where the writer stopped, between two of its hints, sets how much the reader reads
         "past_writer_hint": {"entries": entries, "bytes": size},
+        "rounds": rounds,
     }
 
 
@@ -275,7 +276,9 @@ def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
     ids = build_history(store, db, count)
     build_seconds = time.perf_counter() - started
     # before any reader opens the store (and leaves its own hint)
-    first_open = first_open_after_writer(store, db, workdir, max(ids), rounds=3)
+    first_open = first_open_after_writer(
+        store, db, workdir, max(ids), rounds=settings.process_rounds
+    )
     newest = max(ids)
     config = {"configurable": {"thread_id": "history"}}
     names = (VERIFIED_FILES, SQLITE)

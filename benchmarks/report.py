@@ -195,7 +195,7 @@ def history_tables(results: dict[str, Any]) -> list[str]:
         lines.append(
             row(
                 "new process: open + get_tuple of a store as its writer left it (the "
-                f"writer's hint{where}, no reader's yet), median of 3",
+                f"writer's hint{where}, no reader's yet), median of {first.get('rounds', 3)}",
                 ms(first[VERIFIED_FILES] * 1e3),
                 f"{SQLITE} {ms(first[SQLITE] * 1e3)}",
                 x(first[VERIFIED_FILES] / first[SQLITE]),

@@ -65,6 +65,7 @@ class Settings:
     history_list_every: int  # list(limit=10) in every this many of those rounds
     memory_threads: int  # threads whose newest checkpoint one process reads (memory gained)
     open_rounds: int  # open + get_tuple rounds on it
+    process_rounds: int  # the same in a new process, first after the writer
     recovery_damaged: tuple[int, ...]
     recovery_repeats: int
     cli_threads: int  # inspect store: threads x turns (3 checkpoints per turn)
@@ -97,6 +98,7 @@ FULL = Settings(
     history_list_every=3,
     memory_threads=2_000,
     open_rounds=100,
+    process_rounds=7,
     recovery_damaged=(0, 1, 10, 100),
     recovery_repeats=3,
     cli_threads=16,
@@ -129,6 +131,7 @@ QUICK = Settings(
     history_list_every=2,
     memory_threads=50,
     open_rounds=10,
+    process_rounds=1,
     recovery_damaged=(0, 1, 10, 100),
     recovery_repeats=1,
     cli_threads=2,

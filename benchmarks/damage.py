@@ -25,6 +25,7 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 _ENTRY_MAGIC = b"LGCE"
 _ENTRY_HEADER = struct.Struct("<4sBBHQ")  # magic, kind, reserved, key length, data length
 _ENTRY_PUT = 1
+_HINT_MAGIC = b"LGCH"
 _HINT_HEADER = struct.Struct("<4sB3x8sQ")  # magic, version, the log's tail, bytes covered
 
 Span = tuple[Path, int, int]
@@ -75,9 +76,10 @@ def past_hint(thread_dir: Path) -> tuple[int, int]:
     first process to open the thread reads; the whole log if it has no hint."""
     log = (thread_dir / "log").read_bytes()
     try:
-        header = (thread_dir / "log.hint").read_bytes()[: _HINT_HEADER.size]
-        (covered,) = struct.unpack_from("<Q", header, _HINT_HEADER.size - 8)
+        magic, _, _, covered = _HINT_HEADER.unpack_from((thread_dir / "log.hint").read_bytes())
     except (OSError, struct.error):
+        magic, covered = b"", 0
+    if magic != _HINT_MAGIC:
         covered = 0
     entries = list(_entries(log, covered))
     if not entries:

@@ -491,7 +491,7 @@ def stats(store: Store, as_json: AsJson = False, key_file: KeyFile = None) -> in
                 data = saver.storage.read(key) or b""
                 records += 1
                 stored += len(data)
-                raw += Codec.content_size(data) or len(data)
+                raw += Codec.decompressed_size(data) or len(data)
                 bar.advance(task)
         checkpoints = sum(1 for k in keys if k.endswith(".ckpt"))
         summary = {

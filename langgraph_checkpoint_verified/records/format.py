@@ -278,14 +278,14 @@ class Codec:
         return bool(data[6] & FLAG_KEYED)
 
     @staticmethod
-    def content_size(data: bytes) -> int | None:
+    def decompressed_size(data: bytes) -> int | None:
         """How long a record would be with its payload decompressed, from what its
         header declares (``P`` and ``U``), without verifying anything; ``None`` if it
         does not start as a record.
 
         Example:
             >>> record = Codec().encode(RecordKind.WRITES, {"k": "v"}, b"a" * 1000)
-            >>> len(record) < 200, Codec.content_size(record) - len(record) > 800
+            >>> len(record) < 200, Codec.decompressed_size(record) - len(record) > 800
             (True, True)
         """
         if len(data) < HEADER_SIZE or data[:4] != MAGIC:

@@ -2,10 +2,10 @@
 
 ``VerifiedSaver.in_memory()`` stores the content of a checkpoint or writes
 record under 16 KB as it is, and a store on disk under 2 KB: zstd would cost
-more time than it saves. The digests
-and the identity cover it all the same, a record written compressed before
-still reads, and the work one put costs is counted here, so that a change that
-makes a small put compress again, or hash its bytes more often, fails.
+more time than it saves. The digests and the identity cover it all the same, a
+record written compressed before still reads, and the work one put costs is
+counted here, so that a change that makes a small put compress again, or hash
+its bytes more often, fails.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def test_a_log_written_compressed_before_reads_and_takes_small_records_beside(tm
     older = keys.checkpoint_key("t", "", "0003")
     assert not writer.storage.read(older)[6] & FLAG_UNCOMPRESSED
     reader = VerifiedSaver(tmp_path / "store", fsync=False)
-    found = reader.get_tuple({"configurable": {"thread_id": "t"}})
+    found = reader.get_tuple(THREAD)
     assert found is not None and found.checkpoint["channel_values"] == {"count": 3}
     reader.put(found.config, checkpoint(4, 4), {"step": 4}, {"count": 4})
     assert reader.storage.read(keys.checkpoint_key("t", "", "0004"))[6] & FLAG_UNCOMPRESSED

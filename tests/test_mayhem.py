@@ -24,7 +24,6 @@ After the damage, for both backends (files, memory):
 
 from __future__ import annotations
 
-import json
 import operator
 import shutil
 from collections.abc import Callable
@@ -35,10 +34,10 @@ from typing import Annotated, Any
 import pytest
 from langgraph.graph import END, START, StateGraph
 from logtools import LogView, append_entry, lose_parity, view_log
+from quarantinetools import quarantine_contents
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import MemoryStorage, VerifiedSaver
-from langgraph_checkpoint_verified.records.format import RecordKind
 from langgraph_checkpoint_verified.storage.log.entries import (
     DELETE,
     ENTRY_MAGIC,
@@ -231,15 +230,7 @@ class Store:
                 f"quarantine/{p.name}": p.read_bytes()
                 for p in (directory.iterdir() if directory.is_dir() else [])
             }
-        found = {}
-        for name, data in names.items():
-            if not name.endswith(".reason"):
-                continue
-            reason = json.loads(codec.decode(data, RecordKind.QUARANTINE_REASON, None))
-            moved = names[name[: -len(".reason")] + ".record"]
-            found[reason["original_key"]] = (moved, reason)
-        assert len(names) == 2 * len(found), f"every quarantined record has a reason: {names}"
-        return found
+        return quarantine_contents(names, codec)
 
 
 @dataclass

@@ -29,7 +29,6 @@ without moving anything, and compared with what they return after repair.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -42,13 +41,13 @@ from echo_graph import build_graph as build_chat
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
+from quarantinetools import quarantine_contents
 from test_cli import checkpoint_entry, located
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import CheckpointDamagedError, MemoryStorage, VerifiedSaver
 from langgraph_checkpoint_verified.engine.damage import Damage
 from langgraph_checkpoint_verified.records import keys
-from langgraph_checkpoint_verified.records.format import RecordKind
 from langgraph_checkpoint_verified.records.kinds import decode_checkpoint
 
 CONSOLE_SCRIPT = Path(sys.prefix) / "bin" / "langgraph-verified"
@@ -127,17 +126,8 @@ class Store:
     def quarantine(self) -> dict[str, tuple[bytes, dict[str, Any]]]:
         """Original key -> (the bytes moved aside, their reason record)."""
         saver = self.saver(quarantine=False)
-        found = {}
-        for key in saver.storage.walk("quarantine"):
-            if not key.endswith(".reason"):
-                continue
-            content = saver.codec.decode_with_header(
-                saver.storage.read(key), RecordKind.QUARANTINE_REASON
-            )[1]
-            reason = json.loads(content)
-            moved = saver.storage.read(key[: -len(".reason")] + ".record")
-            found[reason["original_key"]] = (moved, reason)
-        return found
+        files = {key: saver.storage.read(key) for key in saver.storage.walk("quarantine")}
+        return quarantine_contents(files, saver.codec)
 
     def reads(self) -> dict[str, Any]:
         """What every read returns, without moving anything: the tuples ``list`` yields

@@ -3,11 +3,13 @@ and what a crashed write leaves behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import (
@@ -300,10 +302,12 @@ def test_quarantine_never_moves_a_record_written_after_the_read_that_judged(tmp_
 def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp_path, monkeypatch):
     """The newest eight checkpoints of a log are damaged beyond its parity. The read that
     falls back past them moves all eight aside with one write to the log (their deletions,
-    one entry after another) and one to its parity, reads no quarantined copy back, then
-    reports each, newest first, with where it went."""
+    one entry after another) and one to its parity, makes nine files in the quarantine (a
+    copy of each, and one file of the reasons for them all), reads no quarantined copy
+    back, then reports each, newest first, with where it went."""
     from logtools import lose_parity, view_log
 
+    from langgraph_checkpoint_verified.records.format import RecordKind
     from langgraph_checkpoint_verified.records.keys import checkpoint_key
 
     root = tmp_path / "s"
@@ -317,10 +321,15 @@ def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp
         entry = view.entry(checkpoint_key("t", "", checkpoint_id))
         data[entry.data_offset + entry.data_size // 2] ^= 0xFF
     log.write_bytes(bytes(data))
+    damaged_view = view_log(bytes(data), "threads/t")
+    originals = {
+        checkpoint_key("t", "", c): damaged_view.read(checkpoint_key("t", "", c))
+        for c in damaged_ids
+    }
 
     seen = []
     reader = VerifiedSaver(root, on_corruption=seen.append)
-    pwrites, quarantine_reads = [], []
+    pwrites, quarantine_reads, quarantine_files_made = [], [], []
     real_pwrite, real_open = os.pwrite, os.open
 
     def counted_pwrite(fd, data, offset):
@@ -331,6 +340,8 @@ def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp
     def counted_open(path, flags, *args, **kwargs):
         if "quarantine" in str(path) and not flags & (os.O_WRONLY | os.O_RDWR):
             quarantine_reads.append(path)
+        if "quarantine" in str(path) and flags & os.O_CREAT:
+            quarantine_files_made.append(path)
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "pwrite", counted_pwrite)
@@ -343,11 +354,34 @@ def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp
     assert all(d.quarantined_to for d in seen) and reader.stats.quarantined_records == 8
     assert len(pwrites) == 2, pwrites
     assert quarantine_reads == []
-    assert sorted(reader.storage.list("quarantine")) == sorted(
-        f"{os.path.basename(d.quarantined_to)[: -len('.record')]}.{suffix}"
-        for d in seen
-        for suffix in ("record", "reason")
+    assert len(quarantine_files_made) == 9, quarantine_files_made
+    # each copy holds the damaged bytes exactly; the one reasons file names each copy
+    assert all(Path(d.quarantined_to).read_bytes() == originals[d.key] for d in seen)
+    names = sorted(reader.storage.list("quarantine"))
+    (reasons_name,) = [name for name in names if name.endswith(".reasons")]
+    assert names == sorted([reasons_name, *(os.path.basename(d.quarantined_to) for d in seen)])
+    reasons = json.loads(
+        reader.codec.decode(
+            reader.storage.read(f"quarantine/{reasons_name}"),
+            RecordKind.QUARANTINE_REASONS,
+            {"quarantine_move": reasons_name[: -len(".reasons")]},
+        )
     )
+    assert {(r["original_key"], r["record"]) for r in reasons} == {
+        (d.key, os.path.basename(d.quarantined_to)) for d in seen
+    }
+    assert all(r["kind"] == "checkpoint" and "checksum" in r["reason"] for r in reasons)
+    # a later read tells each of them moved aside from never written
+    assert reader.reporter.quarantined_under("threads/t/").keys() == set(originals)
+    newest = reader.reporter.quarantined_reason(seen[0].key)
+    assert newest["record"] == os.path.basename(seen[0].quarantined_to)
+    # reasons that do not verify explain nothing, and cost the reader nothing else
+    reasons_path = root / "quarantine" / reasons_name
+    damaged_reasons = bytearray(reasons_path.read_bytes())
+    damaged_reasons[-1] ^= 1
+    reasons_path.write_bytes(bytes(damaged_reasons))
+    assert reader.reporter.quarantined_under("threads/t/") == {}
+    assert VerifiedSaver(root).get_tuple(generate_config("t")).config == configs[-9]
     assert VerifiedSaver(root).get_tuple(generate_config("t")).config == configs[-9]
 
 

@@ -84,6 +84,7 @@ class RecordKind(enum.IntEnum):
     STORE_ITEM = 8
     STORE_TOUCH = 9
     STORE_BATCH = 10
+    QUARANTINE_REASONS = 11
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,39 @@ def test_an_object_overwritten_behind_the_saver_is_skipped_and_quarantined(s3_bu
     assert saver.get_tuple(THREAD).config == configs[-2]
 
 
+def test_a_read_past_several_damaged_objects_writes_one_reasons_object(fault_proxy, s3_bucket):
+    """The three newest checkpoints' objects are damaged: the read that falls back past
+    them copies each under quarantine/ and writes one object of the reasons for all
+    three (four PUTs, not six), and a later verify counts them moved aside."""
+    _, bucket = s3_bucket
+    saver = VerifiedSaver(storage=s3_storage(fault_proxy.endpoint, bucket))
+    configs = put_chain(saver, 5)
+    client = s3_client(s3_bucket[0])
+    damaged = {}
+    for config in configs[-3:]:
+        key = record_keys.checkpoint_key("t", "", config["configurable"]["checkpoint_id"])
+        data = bytearray(client.get_object(Bucket=bucket, Key=f"store/{key}")["Body"].read())
+        data[len(data) // 2] ^= 0x01
+        client.put_object(Bucket=bucket, Key=f"store/{key}", Body=bytes(data))
+        damaged[key] = bytes(data)
+
+    seen = []
+    reader = VerifiedSaver(
+        storage=s3_storage(fault_proxy.endpoint, bucket), on_corruption=seen.append
+    )
+    fault_proxy.clear_counts()
+    assert reader.get_tuple(THREAD).config == configs[-4]
+    assert fault_proxy.counts["PUT"] == 4, fault_proxy.counts
+    assert {d.key for d in seen} == set(damaged) and reader.stats.quarantined_records == 3
+    names = list(reader.storage.walk("quarantine"))
+    assert sorted(k.rsplit(".", 1)[1] for k in names) == ["reasons", "record", "record", "record"]
+    assert all(
+        reader.storage.read(d.quarantined_to.split("/store/", 1)[1]) == damaged[d.key] for d in seen
+    )
+    assert reader.reporter.quarantined_under("threads/t/").keys() == set(damaged)
+    assert reader.verify().ok
+
+
 def test_a_keyed_store_rejects_records_written_without_its_key(s3_bucket):
     endpoint, bucket = s3_bucket
     key = b"k" * 32

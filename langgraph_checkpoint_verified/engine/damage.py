@@ -442,34 +442,41 @@ class DamageReporter:
             outcome = f" (could not move it aside: {exc.strerror or exc}; left in place)"
             return [(damage, outcome, None) for damage, _ in found]
         results: list[tuple[Damage, str, OSError | None]] = []
-        reasons: list[dict[str, Any]] = []
+        went_aside: list[tuple[Damage, str]] = []
         for (damage, _), name, went in zip(found, names, moved, strict=True):
             if not went:
                 # someone else moved it first, or wrote a newer record there since
                 results.append((damage, "", None))
                 continue
             damage = replace(damage, quarantined_to=self.storage.location(name))
-            reasons.append({**self._reason(damage), "record": name.rsplit("/", 1)[-1]})
+            went_aside.append((damage, name))
             results.append((damage, f" (quarantined to {damage.quarantined_to})", None))
-        if not reasons:
+        if not went_aside:
             return results
         with self._lock:
-            self.stats.quarantined_records += len(reasons)
+            self.stats.quarantined_records += len(went_aside)
         try:
-            if len(found) == 1:
-                self._write_reason(base, results[0][0], durable=False)
+            if len(names) == 1:
+                self._write_reason(base, went_aside[0][0], durable=False)
             else:
+                stem = base.rsplit("/", 1)[-1]
+                reasons = [
+                    {**self._reason(damage), "record": name.rsplit("/", 1)[-1]}
+                    for damage, name in went_aside
+                ]
                 self.storage.write(
                     f"{base}.reasons",
                     self.codec.encode(
                         RecordKind.QUARANTINE_REASONS,
-                        {"quarantine_move": base.rsplit("/", 1)[-1]},
+                        {"quarantine_move": stem},
                         json.dumps(reasons, sort_keys=True).encode(),
                     ),
                     durable=False,
                 )
         except Exception:  # the damaged bytes are already safe aside; the notes are a bonus
-            logger.exception("could not write the quarantine reasons of %d records", len(reasons))
+            logger.exception(
+                "could not write the quarantine reasons of %d records", len(went_aside)
+            )
         return results
 
     def _write_reason(self, base: str, damage: Damage, *, durable: bool) -> None:

@@ -23,6 +23,7 @@ the builtin ``open``), not in seconds.
 from __future__ import annotations
 
 import builtins
+import itertools
 import os
 from pathlib import Path
 
@@ -40,7 +41,11 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     scan,
 )
 from langgraph_checkpoint_verified.storage.log.file_storage import HINT_NAME, LOG_NAME, PARITY_NAME
-from langgraph_checkpoint_verified.storage.log.hint_file import HINT_AFTER_BYTES, HINT_AFTER_ENTRIES
+from langgraph_checkpoint_verified.storage.log.hint_file import (
+    HINT_AFTER_BYTES,
+    HINT_AFTER_ENTRIES,
+    HINT_BYTES_PER_ENTRY,
+)
 from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE, RECORD_SIZE, STRIPE_SIZE
 from langgraph_checkpoint_verified.storage.log.tail import TAIL_WINDOW
 
@@ -250,7 +255,7 @@ def test_a_thread_no_process_read_yet_is_opened_from_the_hint_its_writer_left(
     assert hint_index is not None
     past_hint = scan(log_bytes, hint_index.end)[0]
     if scan(log_bytes)[2] - hint_index.end < HINT_AFTER_BYTES and (
-        len(past_hint) < HINT_AFTER_ENTRIES
+        len(past_hint) < HINT_AFTER_ENTRIES + writers_hint.st_size // HINT_BYTES_PER_ENTRY
     ):
         # the writer's hint, read a few blocks of it
         assert read_of_hint < writers_hint.st_size / 2
@@ -262,6 +267,72 @@ def test_a_thread_no_process_read_yet_is_opened_from_the_hint_its_writer_left(
         _, reads = counter.take()
         # nothing of the log but a look at the room after its entries
         assert all(offset >= scan(log_bytes)[2] for offset, _ in split_reads(reads, log)[1])
+
+
+def entries_past_hint(log: Path) -> int:
+    """How many entries the log holds past the position its hint covers up to."""
+    log_bytes = log.read_bytes()
+    hint_index = decode_hint_index(
+        (log.parent / HINT_NAME).read_bytes(),
+        lambda end: log_bytes[end - LOG_TAIL_SIZE : end],
+        len(log_bytes),
+    )
+    assert hint_index is not None
+    return len(scan(log_bytes, hint_index.end)[0])
+
+
+def put_counters(saver: VerifiedSaver, parent: dict, count: int) -> dict:
+    """``count`` more checkpoints of ``build_store``'s thread: one small entry each."""
+    for _ in range(count):
+        version = next(_MORE_VERSIONS)
+        parent = saver.put(
+            parent,
+            generate_checkpoint(
+                channel_values={"counter": version}, channel_versions={"counter": version}
+            ),
+            generate_metadata(),
+            {"counter": version},
+        )
+    return parent
+
+
+_MORE_VERSIONS = itertools.count(1_000_000)
+
+
+def test_a_reader_leaves_a_hint_only_once_its_scan_cost_more_than_writing_one(
+    tmp_path, monkeypatch
+):
+    """A process opening a thread past its hint pays for a new hint only when the entries
+    it scanned cost more than rewriting the hint does (``HINT_AFTER_ENTRIES`` entries for
+    making a file, one more for each ``HINT_BYTES_PER_ENTRY`` of hint): a reader one
+    entry short of that leaves the hint as it found it, and makes no file at all; the one
+    after a further entry writes a new hint, and the next reader scans nothing."""
+    root = tmp_path / "store"
+    last = build_store(root, 2_000, other_threads=0)
+    log = log_of(root, "long")
+    hint = log.parent / HINT_NAME
+    writer = VerifiedSaver(root, fsync=False)
+    writer.get_tuple(LONG)
+    # the thread goes on, with no hint of the writer's own (it appends too little for one)
+    threshold = HINT_AFTER_ENTRIES + hint.stat().st_size // HINT_BYTES_PER_ENTRY
+    assert threshold > 2 * HINT_AFTER_ENTRIES  # a hint this long costs more than a file
+    last = put_counters(writer, last, threshold - 1 - entries_past_hint(log))
+    assert entries_past_hint(log) == threshold - 1
+    writers_hint, files = hint.stat(), sorted(os.listdir(log.parent))
+
+    assert VerifiedSaver(root).get_tuple(LONG).config == last
+    assert hint.stat().st_ino == writers_hint.st_ino
+    assert sorted(os.listdir(log.parent)) == files
+
+    last = put_counters(writer, last, 1)
+    assert VerifiedSaver(root).get_tuple(LONG).config == last
+    assert hint.stat().st_ino != writers_hint.st_ino
+    assert entries_past_hint(log) == 0
+    counter = ReadCounter(monkeypatch)
+    assert VerifiedSaver(root).get_tuple(LONG).config == last
+    _, reads = counter.take()
+    log_end = scan(log.read_bytes())[2]
+    assert all(offset >= log_end for offset, _ in split_reads(reads, log)[1])
 
 
 @pytest.mark.parametrize("parity", ["kept", "lost"])

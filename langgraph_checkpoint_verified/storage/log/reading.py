@@ -35,9 +35,8 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     entry_is_intact,
 )
 from langgraph_checkpoint_verified.storage.log.hint_file import (
-    HINT_AFTER_BYTES,
-    HINT_AFTER_ENTRIES,
     hint_due,
+    hint_pays_off,
     read_hint,
     write_hint,
 )
@@ -214,9 +213,8 @@ class LogReader:
         if not log.index and size:  # a hint covers the log only: record files are above
             read_hint(log, fd, lambda: self._read_whole(log))
         scanned = self.read_tail(log, fd, size, far=True)
-        if log.end - log.hint_end >= HINT_AFTER_BYTES or scanned >= HINT_AFTER_ENTRIES:
-            # this process read that much to open the thread: the next one need not (the
-            # writer's rule lets a long log's hint lag further, for the writer's sake)
+        if hint_pays_off(log, scanned):
+            # this process read that much to open the thread: the next one need not
             write_hint(log)
 
     def _read_whole(self, log: ThreadLog) -> KeyDirectory:

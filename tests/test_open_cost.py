@@ -335,6 +335,45 @@ def test_a_reader_leaves_a_hint_only_once_its_scan_cost_more_than_writing_one(
     assert all(offset >= log_end for offset, _ in split_reads(reads, log)[1])
 
 
+def test_a_reader_whose_scan_rebuilt_a_block_leaves_a_hint_so_the_next_need_not(tmp_path):
+    """Rebuilding a block from the parity costs a scan far more than its entries, and would
+    cost every reader after it as much until the next append writes the block back: a
+    reader whose scan past the hint healed one leaves a new hint however few entries it
+    scanned, and the next reader rebuilds nothing."""
+    root = tmp_path / "store"
+    last = build_store(root, 2_000, other_threads=0)
+    log = log_of(root, "long")
+    writer = VerifiedSaver(root, fsync=False)
+    writer.get_tuple(LONG)
+    last = put_counters(writer, last, HINT_AFTER_ENTRIES - entries_past_hint(log))
+    log_bytes = log.read_bytes()
+    hint_index = decode_hint_index(
+        (log.parent / HINT_NAME).read_bytes(),
+        lambda end: log_bytes[end - LOG_TAIL_SIZE : end],
+        len(log_bytes),
+    )
+    assert hint_index is not None
+    past_hint = scan(log_bytes, hint_index.end)[0]
+    # an older checkpoint's entry, blocks away from the newest's: read by the scan only
+    damaged = past_hint[len(past_hint) // 2]
+    assert past_hint[-1].offset - damaged.end > 2 * BLOCK_SIZE
+    with log.open("r+b") as file:
+        file.seek(damaged.data_offset + damaged.data_size // 2)
+        byte = file.read(1)
+        file.seek(-1, os.SEEK_CUR)
+        file.write(bytes([byte[0] ^ 0xFF]))
+    writers_hint = (log.parent / HINT_NAME).stat()
+
+    first = VerifiedSaver(root)
+    assert first.get_tuple(LONG).config == last
+    assert first.stats.healed_blocks == 1
+    assert (log.parent / HINT_NAME).stat().st_ino != writers_hint.st_ino
+
+    second = VerifiedSaver(root)
+    assert second.get_tuple(LONG).config == last
+    assert second.stats.healed_blocks == 0
+
+
 @pytest.mark.parametrize("parity", ["kept", "lost"])
 def test_the_log_past_a_hint_is_read_as_far_as_its_parity_reaches_in_one_read(
     tmp_path, monkeypatch, parity

@@ -91,7 +91,7 @@ def hint_due(log: ThreadLog) -> bool:
     return log.end - log.hint_end >= max(HINT_AFTER_BYTES, log.hint_size // HINT_REWRITE_COST)
 
 
-def hint_pays_off(log: ThreadLog, scanned: int) -> bool:
+def hint_pays_off(log: ThreadLog, scanned: int, *, healed: bool = False) -> bool:
     """Whether a process that scanned ``scanned`` entries past the log's hint to open it
     should write a new hint: when that scan cost more than writing the hint does.
 
@@ -101,9 +101,12 @@ def hint_pays_off(log: ThreadLog, scanned: int) -> bool:
     than twice what its scan alone costs, and the ones that follow a writer which
     stopped between two hints pay a scan each. A hint far bigger than the log's tail
     (a long thread) is not rewritten for a few dozen entries; a log with no hint yet
-    gets one once its scan is worth it.
+    gets one once its scan is worth it. A scan that ``healed`` blocks from the parity
+    (each stripe read whole and rebuilt) cost far more than its entries, and would cost
+    every reader after it as much until a writer's append writes them back: the hint
+    pays at once.
     """
-    return scanned >= HINT_AFTER_ENTRIES + log.hint_size // HINT_BYTES_PER_ENTRY
+    return healed or scanned >= HINT_AFTER_ENTRIES + log.hint_size // HINT_BYTES_PER_ENTRY
 
 
 def write_hint(log: ThreadLog) -> None:

@@ -212,8 +212,9 @@ class LogReader:
         size = os.fstat(fd).st_size
         if not log.index and size:  # a hint covers the log only: record files are above
             read_hint(log, fd, lambda: self._read_whole(log))
+        rebuilt = len(log.rewrite)
         scanned = self.read_tail(log, fd, size, far=True)
-        if hint_pays_off(log, scanned):
+        if hint_pays_off(log, scanned, healed=len(log.rewrite) > rebuilt):
             # this process read that much to open the thread: the next one need not
             write_hint(log)
 

@@ -26,6 +26,7 @@ import builtins
 import itertools
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
@@ -55,8 +56,10 @@ MAX_RECORDS_FOR_LATEST = 8
 LONG = {"configurable": {"thread_id": "long"}}
 
 
-def build_store(root, checkpoints: int, other_threads: int) -> dict:
-    saver = VerifiedSaver(root, fsync=False)
+def build_store(
+    root, checkpoints: int, other_threads: int, saver: VerifiedSaver | None = None
+) -> dict:
+    saver = saver or VerifiedSaver(root, fsync=False)
     parent = {"configurable": {"thread_id": "long", "checkpoint_ns": ""}}
     for step in range(checkpoints):
         versions = {"constant": 1, "counter": step + 1}
@@ -269,8 +272,8 @@ def test_a_thread_no_process_read_yet_is_opened_from_the_hint_its_writer_left(
         assert all(offset >= scan(log_bytes)[2] for offset, _ in split_reads(reads, log)[1])
 
 
-def entries_past_hint(log: Path) -> int:
-    """How many entries the log holds past the position its hint covers up to."""
+def hint_index_of(log: Path) -> tuple[Any, bytes]:
+    """The index of the hint beside ``log`` (it must be one of that log) and the log's bytes."""
     log_bytes = log.read_bytes()
     hint_index = decode_hint_index(
         (log.parent / HINT_NAME).read_bytes(),
@@ -278,6 +281,12 @@ def entries_past_hint(log: Path) -> int:
         len(log_bytes),
     )
     assert hint_index is not None
+    return hint_index, log_bytes
+
+
+def entries_past_hint(log: Path) -> int:
+    """How many entries the log holds past the position its hint covers up to."""
+    hint_index, log_bytes = hint_index_of(log)
     return len(scan(log_bytes, hint_index.end)[0])
 
 
@@ -299,40 +308,58 @@ def put_counters(saver: VerifiedSaver, parent: dict, count: int) -> dict:
 _MORE_VERSIONS = itertools.count(1_000_000)
 
 
-def test_a_reader_leaves_a_hint_only_once_its_scan_cost_more_than_writing_one(
-    tmp_path, monkeypatch
-):
-    """A process opening a thread past its hint pays for a new hint only when the entries
-    it scanned cost more than rewriting the hint does (``HINT_AFTER_ENTRIES`` entries for
-    making a file, one more for each ``HINT_BYTES_PER_ENTRY`` of hint): a reader one
-    entry short of that leaves the hint as it found it, and makes no file at all; the one
-    after a further entry writes a new hint, and the next reader scans nothing."""
+def hint_to_the_end(root: Path) -> None:
+    """A reader of ``build_store``'s thread, which scans what its writer left past the last
+    hint (more than a hint costs) and leaves a hint that covers the whole log."""
+    VerifiedSaver(root).get_tuple(LONG)
+    assert entries_past_hint(log_of(root, "long")) == 0
+
+
+def test_a_process_leaves_a_hint_once_its_scans_cost_more_than_writing_one(tmp_path, monkeypatch):
+    """A process opening a thread past its hint pays for a new hint only once the entries
+    it scanned there cost more than rewriting the hint does (``HINT_AFTER_ENTRIES``
+    entries for making a file, one more for each ``HINT_BYTES_PER_ENTRY`` of hint): a
+    reader one entry short of that leaves the hint as it found it, and makes no file at
+    all; a second saver of the same process scanning the same stretch has paid enough
+    and writes it, after which the next reader scans nothing; and past that new hint,
+    one scan of as many entries writes one at once."""
     root = tmp_path / "store"
-    last = build_store(root, 2_000, other_threads=0)
+    writer = VerifiedSaver(root, fsync=False)  # appends on, never reading the log again
+    last = build_store(root, 2_000, other_threads=0, saver=writer)
     log = log_of(root, "long")
     hint = log.parent / HINT_NAME
-    writer = VerifiedSaver(root, fsync=False)
-    writer.get_tuple(LONG)
-    # the thread goes on, with no hint of the writer's own (it appends too little for one)
-    threshold = HINT_AFTER_ENTRIES + hint.stat().st_size // HINT_BYTES_PER_ENTRY
-    assert threshold > 2 * HINT_AFTER_ENTRIES  # a hint this long costs more than a file
-    last = put_counters(writer, last, threshold - 1 - entries_past_hint(log))
-    assert entries_past_hint(log) == threshold - 1
+    hint_to_the_end(root)
+    # the writer leaves no hint of its own from here on: only readers do
+    monkeypatch.setattr(hint_file, "HINT_AFTER_BYTES", 1 << 40)
+
+    def hint_cost() -> int:
+        return HINT_AFTER_ENTRIES + hint.stat().st_size // HINT_BYTES_PER_ENTRY
+
+    assert hint_cost() > 2 * HINT_AFTER_ENTRIES  # a hint this long costs more than a file
+    last = put_counters(writer, last, hint_cost() - 1 - entries_past_hint(log))
+    assert entries_past_hint(log) == hint_cost() - 1
     writers_hint, files = hint.stat(), sorted(os.listdir(log.parent))
 
     assert VerifiedSaver(root).get_tuple(LONG).config == last
     assert hint.stat().st_ino == writers_hint.st_ino
     assert sorted(os.listdir(log.parent)) == files
 
-    last = put_counters(writer, last, 1)
     assert VerifiedSaver(root).get_tuple(LONG).config == last
     assert hint.stat().st_ino != writers_hint.st_ino
     assert entries_past_hint(log) == 0
-    counter = ReadCounter(monkeypatch)
-    assert VerifiedSaver(root).get_tuple(LONG).config == last
-    _, reads = counter.take()
+    with monkeypatch.context() as patch:
+        counter = ReadCounter(patch)
+        assert VerifiedSaver(root).get_tuple(LONG).config == last
+        _, reads = counter.take()
     log_end = scan(log.read_bytes())[2]
     assert all(offset >= log_end for offset, _ in split_reads(reads, log)[1])
+
+    last = put_counters(writer, last, hint_cost())
+    assert entries_past_hint(log) == hint_cost()
+    readers_hint = hint.stat()
+    assert VerifiedSaver(root).get_tuple(LONG).config == last
+    assert hint.stat().st_ino != readers_hint.st_ino
+    assert entries_past_hint(log) == 0
 
 
 def test_a_reader_whose_scan_rebuilt_a_block_leaves_a_hint_so_the_next_need_not(tmp_path):
@@ -341,18 +368,12 @@ def test_a_reader_whose_scan_rebuilt_a_block_leaves_a_hint_so_the_next_need_not(
     reader whose scan past the hint healed one leaves a new hint however few entries it
     scanned, and the next reader rebuilds nothing."""
     root = tmp_path / "store"
-    last = build_store(root, 2_000, other_threads=0)
-    log = log_of(root, "long")
     writer = VerifiedSaver(root, fsync=False)
-    writer.get_tuple(LONG)
-    last = put_counters(writer, last, HINT_AFTER_ENTRIES - entries_past_hint(log))
-    log_bytes = log.read_bytes()
-    hint_index = decode_hint_index(
-        (log.parent / HINT_NAME).read_bytes(),
-        lambda end: log_bytes[end - LOG_TAIL_SIZE : end],
-        len(log_bytes),
-    )
-    assert hint_index is not None
+    last = build_store(root, 2_000, other_threads=0, saver=writer)
+    log = log_of(root, "long")
+    hint_to_the_end(root)
+    last = put_counters(writer, last, HINT_AFTER_ENTRIES)
+    hint_index, log_bytes = hint_index_of(log)
     past_hint = scan(log_bytes, hint_index.end)[0]
     # an older checkpoint's entry, blocks away from the newest's: read by the scan only
     damaged = past_hint[len(past_hint) // 2]
@@ -388,13 +409,7 @@ def test_the_log_past_a_hint_is_read_as_far_as_its_parity_reaches_in_one_read(
     build_store(root, 2_000, other_threads=0)
     monkeypatch.undo()
     log = log_of(root, "long")
-    log_bytes = log.read_bytes()
-    hint_index = decode_hint_index(
-        (log.parent / HINT_NAME).read_bytes(),
-        lambda end: log_bytes[end - LOG_TAIL_SIZE : end],
-        len(log_bytes),
-    )
-    assert hint_index is not None
+    hint_index, log_bytes = hint_index_of(log)
     end = scan(log_bytes)[2]
     assert end - hint_index.end > 2 * TAIL_WINDOW  # the writer's hint is that far behind
     if parity == "lost":

@@ -8,7 +8,10 @@ names the log it stands beside, and never needed to read the log right.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -93,20 +96,39 @@ def hint_due(log: ThreadLog) -> bool:
 
 def hint_pays_off(log: ThreadLog, scanned: int, *, healed: bool = False) -> bool:
     """Whether a process that scanned ``scanned`` entries past the log's hint to open it
-    should write a new hint: when that scan cost more than writing the hint does.
+    should write a new hint: once its scans of that stretch of log cost more than
+    writing the hint does.
 
     A reader cannot know how many others will open the thread before its writer's next
-    hint (``hint_due`` keeps what each scans within its bound), so it pays for a hint
-    only once it has paid as much in scanning: no process opening a thread pays more
-    than twice what its scan alone costs, and the ones that follow a writer which
-    stopped between two hints pay a scan each. A hint far bigger than the log's tail
-    (a long thread) is not rewritten for a few dozen entries; a log with no hint yet
-    gets one once its scan is worth it. A scan that ``healed`` blocks from the parity
-    (each stripe read whole and rebuilt) cost far more than its entries, and would cost
-    every reader after it as much until a writer's append writes them back: the hint
-    pays at once.
+    hint (``hint_due`` keeps what each scans within its bound), so a process pays for a
+    hint only once it has paid as much in scanning: no process opening a thread pays
+    more than twice what its scan alone costs, the ones that follow a writer which
+    stopped between two hints pay a scan each, and a process that opens the thread
+    again (a new saver on the same store) writes the hint as soon as its scans add up
+    to it. A hint far bigger than the log's tail (a long thread) is not rewritten for
+    a few dozen entries; a log with no hint yet gets one once its scan is worth it. A
+    scan that ``healed`` blocks from the parity (each stripe read whole and rebuilt)
+    cost far more than its entries, and would cost every reader after it as much until
+    a writer's append writes them back: the hint pays at once.
     """
-    return healed or scanned >= HINT_AFTER_ENTRIES + log.hint_size // HINT_BYTES_PER_ENTRY
+    hint_cost = HINT_AFTER_ENTRIES + log.hint_size // HINT_BYTES_PER_ENTRY
+    stretch = (log.path, log.ino, log.hint_end)
+    with _scans_lock:
+        scans = _scans.pop(stretch, 0) + scanned
+        if healed or scans >= hint_cost:
+            return True
+        _scans[stretch] = scans
+        while len(_scans) > _SCANS_KEPT:
+            _scans.popitem(last=False)
+    return False
+
+
+_SCANS_KEPT = 1024
+"""Stretches of logs past their hints this process scanned and left no hint for: the
+threads it opened lately."""
+_scans: OrderedDict[tuple[str, int | None, int], int] = OrderedDict()
+"""(log path, inode, where its hint ends) -> entries this process scanned past it."""
+_scans_lock = threading.Lock()
 
 
 def write_hint(log: ThreadLog) -> None:
@@ -135,10 +157,12 @@ def write_hint(log: ThreadLog) -> None:
             log.hint_end = log.end  # not again before the log has grown as much again
             return
         temp = temp_path(log.directory)
+        made = False
         try:
             log_tail = os.pread(log.fd, LOG_TAIL_SIZE, log.end - LOG_TAIL_SIZE)
             pieces, index = encode_hint_parts(log_tail, log.end, parts)
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            made = True
             try:
                 size = _write_pieces(fd, pieces, earlier)
                 written = os.fstat(fd)
@@ -146,7 +170,11 @@ def write_hint(log: ThreadLog) -> None:
                 os.close(fd)
             os.replace(temp, f"{log.directory}/{HINT_NAME}")
         except OSError:
-            remove_quietly(temp)  # a read-only store, a full disk: no hint, nothing lost
+            # a read-only store, a full disk: no hint, nothing lost (and on a store that
+            # refuses every change, no temp file made, nor one to remove)
+            if made:
+                with contextlib.suppress(OSError):
+                    remove_quietly(temp)
             return
     finally:
         if earlier is not None:

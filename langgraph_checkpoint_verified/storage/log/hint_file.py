@@ -34,9 +34,9 @@ from langgraph_checkpoint_verified.storage.log.thread_log import DamagedEntry, T
 
 HINT_NAME = "log.hint"
 HINT_AFTER_BYTES = 256 * 1024
-"""A process that read this much of a log past its hint to open it leaves a new hint for
-the next one; one that appended or caught up with this much, and a quarter of the hint's
-size (see ``hint_due``), likewise."""
+"""A process that appended, caught up with or read this much of a log past its hint, and a
+quarter of the hint's size, leaves a new hint for the next one (``hint_due``); a reader
+that scanned many small entries, sooner (``hint_pays_off``)."""
 HINT_AFTER_ENTRIES = 32
 """What writing a hint costs beside its size, in entries a reader scans past the hint (a
 file made, written and renamed: as long as scanning some 32 entries takes). Small entries

@@ -338,14 +338,14 @@ def test_a_process_leaves_a_hint_once_its_scans_cost_more_than_writing_one(tmp_p
     assert hint_cost() > 2 * HINT_AFTER_ENTRIES  # a hint this long costs more than a file
     last = put_counters(writer, last, hint_cost() - 1 - entries_past_hint(log))
     assert entries_past_hint(log) == hint_cost() - 1
-    writers_hint, files = hint.stat(), sorted(os.listdir(log.parent))
+    earlier_hint, files = hint.stat(), sorted(os.listdir(log.parent))
 
     assert VerifiedSaver(root).get_tuple(LONG).config == last
-    assert hint.stat().st_ino == writers_hint.st_ino
+    assert hint.stat().st_ino == earlier_hint.st_ino
     assert sorted(os.listdir(log.parent)) == files
 
     assert VerifiedSaver(root).get_tuple(LONG).config == last
-    assert hint.stat().st_ino != writers_hint.st_ino
+    assert hint.stat().st_ino != earlier_hint.st_ino
     assert entries_past_hint(log) == 0
     with monkeypatch.context() as patch:
         counter = ReadCounter(patch)
@@ -383,12 +383,12 @@ def test_a_reader_whose_scan_rebuilt_a_block_leaves_a_hint_so_the_next_need_not(
         byte = file.read(1)
         file.seek(-1, os.SEEK_CUR)
         file.write(bytes([byte[0] ^ 0xFF]))
-    writers_hint = (log.parent / HINT_NAME).stat()
+    earlier_hint = (log.parent / HINT_NAME).stat()
 
     first = VerifiedSaver(root)
     assert first.get_tuple(LONG).config == last
     assert first.stats.healed_blocks == 1
-    assert (log.parent / HINT_NAME).stat().st_ino != writers_hint.st_ino
+    assert (log.parent / HINT_NAME).stat().st_ino != earlier_hint.st_ino
 
     second = VerifiedSaver(root)
     assert second.get_tuple(LONG).config == last

@@ -42,6 +42,7 @@ from typing_extensions import TypedDict
 from langgraph_checkpoint_verified import StoreWriteError, VerifiedSaver
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
+from langgraph_checkpoint_verified.storage.files import RecordFileStorage
 from langgraph_checkpoint_verified.storage.log import commits
 from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, RETIRED_NAME
@@ -469,6 +470,64 @@ def test_a_failed_compaction_leaves_the_thread_as_it_was(store, monkeypatch):
     assert all_zeros(log_after, entries_end(log_after))
     assert [t.config for t in VerifiedSaver(store).list(THREAD)] == listed_before
     assert temp_files(store) == []
+
+
+def refuse_unlinking_temps(monkeypatch) -> list[str]:
+    """Every ``unlink`` of a temp file fails with ``EACCES`` (a store that refuses to
+    remove files as well); the paths refused, in order."""
+    real, refused = os.unlink, []
+
+    def unlink(path, *args, **kwargs):
+        if is_temp(path_of(path)):
+            refused.append(os.fspath(path))
+            raise OSError(errno.EACCES, "injected: EACCES")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    return refused
+
+
+def test_a_compaction_whose_temp_files_cannot_be_removed_reports_the_first_failure(
+    store, monkeypatch
+):
+    """The new log's sync fails, and so does removing the temp files after it: the
+    error raised is the disk's (``ENOSPC``), not the cleanup's; what is left behind is
+    the new log's temp file, which no reader looks at, and the thread is as it was."""
+    saver = VerifiedSaver(store)
+    latest = saver.get_tuple(THREAD)
+    inject(monkeypatch, ("fsync", "temp", 1), errno.ENOSPC, store)
+    refused = refuse_unlinking_temps(monkeypatch)
+    with pytest.raises(StoreWriteError) as raised:
+        saver.prune([THREAD_ID], strategy="keep_latest")
+    monkeypatch.undo()
+    assert_clear_error(raised, errno.ENOSPC, store)
+    assert len(refused) == 2  # the new log's and its parity's (never made), both tried
+    assert [str(path) for path in temp_files(store)] == refused[:1]
+    for reader in (saver, VerifiedSaver(store)):
+        assert reader.get_tuple(THREAD) == latest
+        assert reader.verify().ok
+    saver.prune([THREAD_ID], strategy="keep_latest")
+    assert [t.config for t in VerifiedSaver(store).list(THREAD)] == [latest.config]
+
+
+def test_a_record_file_whose_temp_file_cannot_be_removed_reports_the_first_failure(
+    tmp_path, monkeypatch
+):
+    """The same for a record kept in a file of its own (the quarantine's, the store's
+    marker): ``ENOSPC`` from its sync is what ``write`` raises, and the key is absent."""
+    files = RecordFileStorage(tmp_path / "files")
+    inject(monkeypatch, ("fsync", "temp", 1), errno.ENOSPC, tmp_path)
+    refused = refuse_unlinking_temps(monkeypatch)
+    with pytest.raises(StoreWriteError) as raised:
+        files.write("quarantine/one.record", b"record")
+    monkeypatch.undo()
+    assert raised.value.errno == errno.ENOSPC
+    assert raised.value.__cause__.errno == errno.ENOSPC
+    assert len(refused) == 1
+    assert files.read("quarantine/one.record") is None
+    assert list(files.list("quarantine/")) == []
+    assert files.write("quarantine/one.record", b"record")
+    assert files.read("quarantine/one.record") == b"record"
 
 
 # -- a graph that meets a full disk -------------------------------------------------------

@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Hashable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
@@ -99,7 +99,7 @@ class RecordFileStorage(OneRecordPerWrite):
                         created = False
                     os.unlink(temp)
             except BaseException:
-                remove_quietly(temp)
+                discard_temp(temp)
                 raise
             if created and sync:
                 self.sync_directory(directory)
@@ -394,6 +394,15 @@ def remove_quietly(path: str) -> None:
         pass
     except IsADirectoryError:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def discard_temp(path: str) -> None:
+    """Remove a temp file after the write it was made for failed, never raising: that
+    failure is the one the caller reports. A temp file that cannot be removed (a store
+    that refuses ``unlink`` as well) stays, named as this process's, until
+    ``remove_if_abandoned`` finds its process gone; readers never look at it."""
+    with suppress(OSError):
+        remove_quietly(path)
 
 
 # A temp file whose writer is alive may be about to be renamed into place; one

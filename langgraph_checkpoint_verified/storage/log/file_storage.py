@@ -68,6 +68,7 @@ from langgraph_checkpoint_verified.storage.base import (
 )
 from langgraph_checkpoint_verified.storage.files import (
     RecordFileStorage,
+    discard_temp,
     remove_quietly,
     temp_path,
     write_all,
@@ -604,8 +605,8 @@ class FileStorage:
             except BaseException as exc:
                 if fd >= 0:
                     os.close(fd)
-                remove_quietly(temp)
-                remove_quietly(parity_temp)
+                discard_temp(temp)
+                discard_temp(parity_temp)
                 if isinstance(exc, OSError):
                     raise StoreWriteError(log.path, exc) from exc
                 raise

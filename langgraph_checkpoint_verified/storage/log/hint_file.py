@@ -8,7 +8,6 @@ names the log it stands beside, and never needed to read the log right.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -18,7 +17,7 @@ from typing import Any
 from langgraph_checkpoint_verified.storage.base import FILE_MODE
 from langgraph_checkpoint_verified.storage.files import (
     copy_range,
-    remove_quietly,
+    discard_temp,
     temp_path,
     write_all_at,
 )
@@ -173,8 +172,7 @@ def write_hint(log: ThreadLog) -> None:
             # a read-only store, a full disk: no hint, nothing lost (and on a store that
             # refuses every change, no temp file made, nor one to remove)
             if made:
-                with contextlib.suppress(OSError):
-                    remove_quietly(temp)
+                discard_temp(temp)
             return
     finally:
         if earlier is not None:

@@ -54,7 +54,8 @@ from langgraph_checkpoint_verified.engine.retention import (
     sweep_threads,
 )
 from langgraph_checkpoint_verified.engine.sweeper import Sweeper
-from langgraph_checkpoint_verified.engine.verify import VerifyReport, verify_store
+from langgraph_checkpoint_verified.engine.verify import verify_store
+from langgraph_checkpoint_verified.engine.verify_report import VerifyReport
 from langgraph_checkpoint_verified.errors import VerifiedSaverError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import DEFAULT_COMPRESSION_LEVEL, Codec

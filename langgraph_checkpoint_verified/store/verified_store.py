@@ -78,7 +78,7 @@ from langgraph_checkpoint_verified.store.logs import ItemKey, LabelItems, Memory
 from langgraph_checkpoint_verified.store.vectors import VectorTable, tokenized_fields
 
 if TYPE_CHECKING:
-    from langgraph_checkpoint_verified.engine.verify import VerifyReport
+    from langgraph_checkpoint_verified.engine.verify_report import VerifyReport
 
 T = TypeVar("T")
 

@@ -53,9 +53,6 @@ error instead; at-most-once tools refuse to run unrecorded unless
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
-import functools
 import json
 import logging
 import threading
@@ -66,10 +63,6 @@ from typing import Any, Literal
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph._internal._constants import CONFIG_KEY_READ
-from langgraph.channels.untracked_value import UntrackedValue
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolRuntime
 from langgraph.runtime import Runtime
@@ -78,39 +71,26 @@ from langgraph.types import interrupt
 from langgraph_checkpoint_verified.errors import ToolOutcomeUnknownError
 from langgraph_checkpoint_verified.saver import VerifiedSaver
 from langgraph_checkpoint_verified.steps import arun_steps, run_steps
+from langgraph_checkpoint_verified.tools import in_flight
 from langgraph_checkpoint_verified.tools.calls import (
-    NAMESPACE_SEPARATOR,
     fingerprint,
     idempotency_key,
     idempotency_key_set,
     lineage_checkpoint,
     record_namespace,
 )
+from langgraph_checkpoint_verified.tools.task import (
+    ToolsTask,
+    Unrecorded,
+    task_of_config,
+    unsaved_names,
+    without_names,
+)
 
 logger = logging.getLogger("langgraph_checkpoint_verified")
 
 UnknownOutcomePolicy = Literal["error", "raise", "interrupt"]
 _POLICIES = ("error", "raise", "interrupt")
-
-
-@dataclass(frozen=True)
-class _Task:
-    """Where a tools task runs, read from its config."""
-
-    saver: VerifiedSaver
-    checkpointer: BaseCheckpointSaver | None  # the graph's, which holds its checkpoints
-    thread_id: str
-    checkpoint_ns: str  # the task's, as LangGraph names it
-    graph_ns: str  # the namespace of the graph running the task
-    checkpoint_id: str  # the checkpoint the task runs from
-
-
-@dataclass(frozen=True)
-class _Unrecorded:
-    """Why the calls of a tools task cannot be recorded, and the error that says so."""
-
-    reason: str
-    error: Exception
 
 
 @dataclass(frozen=True)
@@ -319,8 +299,8 @@ class VerifiedToolNode(ToolNode):
         Every call of a task shares the task's config, so they are all recorded
         or none is; deciding here means a refusal leaves no call half the batch run.
         """
-        where = _where(self.saver, config)
-        if not isinstance(where, _Unrecorded):
+        where = task_of_config(self.saver, config)
+        if not isinstance(where, Unrecorded):
             return
         if self.require_records:
             raise where.error
@@ -358,12 +338,13 @@ class VerifiedToolNode(ToolNode):
         if task is None:
             return super()._run_one(call, input_type, tool_runtime)
         identity = self._identify(task, call, tool_runtime)
-        while (running := _claim(identity)) is not None:
+        key = _running_key(identity)
+        while (running := in_flight.claim(key)) is not None:
             running.ended.wait()
         try:
             return self._drive(identity, call, input_type, tool_runtime)
         finally:
-            _release(identity)
+            in_flight.release(key)
 
     def _drive(
         self,
@@ -410,14 +391,15 @@ class VerifiedToolNode(ToolNode):
 
     async def _adrive(
         self,
-        task: _Task,
+        task: ToolsTask,
         call: ToolCall,
         input_type: Literal["list", "dict", "tool_calls"],
         tool_runtime: ToolRuntime,
     ) -> Any:
         # fingerprinting the state and looking up the lineage: one crossing to a thread
         identity = await task.saver.engine.run_async(self._identify, task, call, tool_runtime)
-        await _aclaim(identity)
+        key = _running_key(identity)
+        await in_flight.aclaim(key)
 
         async def carry_out(step: _Step) -> Any:
             if isinstance(step, _RunTool):
@@ -430,7 +412,7 @@ class VerifiedToolNode(ToolNode):
         try:
             return await arun_steps(self._recorded_call(identity), carry_out)
         finally:
-            _release(identity)
+            in_flight.release(key)
 
     # -- the policy, written once --------------------------------------------
 
@@ -519,13 +501,13 @@ class VerifiedToolNode(ToolNode):
 
     # -- identity ------------------------------------------------------------
 
-    def _task_of(self, call: ToolCall, tool_runtime: ToolRuntime) -> _Task | None:
+    def _task_of(self, call: ToolCall, tool_runtime: ToolRuntime) -> ToolsTask | None:
         """Where the call's task runs, or ``None`` for a call that cannot be recorded.
 
         Reads the config only, so it is cheap enough for the event loop.
         """
-        where = _where(self.saver, tool_runtime.config)
-        if isinstance(where, _Unrecorded):
+        where = task_of_config(self.saver, tool_runtime.config)
+        if isinstance(where, Unrecorded):
             return None  # _check_unrecorded has refused or warned for the whole task
         name = call["name"]
         if not call.get("id"):
@@ -538,7 +520,7 @@ class VerifiedToolNode(ToolNode):
             return None
         return where
 
-    def _identify(self, task: _Task, call: ToolCall, tool_runtime: ToolRuntime) -> _Call:
+    def _identify(self, task: ToolsTask, call: ToolCall, tool_runtime: ToolRuntime) -> _Call:
         """The call's identity. Reads a checkpoint and hashes the injected state: the
         async node runs it on a worker thread."""
         lineage = lineage_checkpoint(
@@ -579,11 +561,11 @@ class VerifiedToolNode(ToolNode):
         state = tool_runtime.state
         if isinstance(state, list):
             state = {self._messages_key: state}  # as ToolNode does for a list of messages
-        unsaved = _unsaved_names(tool_runtime.config)
+        unsaved = unsaved_names(tool_runtime.config)
         values: dict[str, Any] = {}
         for parameter, field in injected.state.items():
             if not field:
-                values[parameter] = _without(state, unsaved)
+                values[parameter] = without_names(state, unsaved)
             elif field in unsaved:
                 continue
             elif isinstance(state, Mapping):
@@ -592,92 +574,8 @@ class VerifiedToolNode(ToolNode):
             elif hasattr(state, field):
                 values[parameter] = getattr(state, field)
         if injected.runtime:
-            values[injected.runtime] = _without(state, unsaved)
+            values[injected.runtime] = without_names(state, unsaved)
         return values
-
-
-def _where(saver: VerifiedSaver | None, config: RunnableConfig | None) -> _Task | _Unrecorded:
-    """Where a tools task given ``config`` keeps its records, or why it cannot keep any.
-
-    Reads the config only, so it is cheap enough for the event loop.
-    """
-    configurable = (config or {}).get("configurable") or {}
-    checkpointer = configurable.get(CONFIG_KEY_CHECKPOINTER)
-    saver = saver if saver is not None else checkpointer
-    if not isinstance(saver, VerifiedSaver):
-        found = "no checkpointer" if saver is None else _with_article(type(saver).__name__)
-        return _Unrecorded(
-            f"the graph has {found}, not a VerifiedSaver",
-            TypeError(
-                f"VerifiedToolNode records tool calls in a VerifiedSaver, but the graph has "
-                f"{found}. Compile the graph with checkpointer=VerifiedSaver('checkpoints/') "
-                f"(or VerifiedSaver.in_memory()), or pass VerifiedToolNode(..., saver=...)."
-            ),
-        )
-    if configurable.get("thread_id") is None:
-        return _Unrecorded(
-            "the config has no thread_id",
-            ValueError(
-                "VerifiedToolNode needs a thread: invoke the graph with "
-                'config={"configurable": {"thread_id": "..."}}.'
-            ),
-        )
-    checkpoint_ns = configurable.get("checkpoint_ns") or ""
-    # The task's namespace is "<graph's namespace>|<node>:<task id>" (or
-    # "<node>:<task id>" in the root graph); LangGraph maps each graph's
-    # namespace to the checkpoint its tasks run from.
-    graph_ns = checkpoint_ns.rpartition(NAMESPACE_SEPARATOR)[0]
-    checkpoint_id = (configurable.get("checkpoint_map") or {}).get(graph_ns)
-    if checkpoint_id is None:
-        return _Unrecorded(
-            f"its config names no checkpoint (no 'checkpoint_map' entry for namespace "
-            f"{graph_ns!r}): it was invoked on its own, not as a node of a graph",
-            ValueError(
-                f"VerifiedToolNode binds each call's record to the checkpoint its task runs "
-                f"from, but its config names none (no 'checkpoint_map' entry for namespace "
-                f"{graph_ns!r}); run the node as a node of a graph, or pass it the config "
-                f"its node was given."
-            ),
-        )
-    return _Task(
-        saver=saver,
-        checkpointer=checkpointer if isinstance(checkpointer, BaseCheckpointSaver) else None,
-        thread_id=str(configurable["thread_id"]),
-        checkpoint_ns=checkpoint_ns,
-        graph_ns=graph_ns,
-        checkpoint_id=str(checkpoint_id),
-    )
-
-
-def _unsaved_names(config: RunnableConfig | None) -> frozenset[str]:
-    """The state keys no checkpoint holds: managed values and untracked channels.
-
-    LangGraph gives every task a reader of its state, ``partial(local_read,
-    scratchpad, channels, managed, task)``; ``ToolNode`` reads the channels
-    from it the same way.
-    """
-    read = ((config or {}).get("configurable") or {}).get(CONFIG_KEY_READ)
-    if not isinstance(read, functools.partial) or len(read.args) < 3:
-        return frozenset()
-    channels, managed = read.args[1], read.args[2]
-    names = set(managed) if isinstance(managed, Mapping) else set()
-    if isinstance(channels, Mapping):
-        names.update(k for k, channel in channels.items() if isinstance(channel, UntrackedValue))
-    return frozenset(names)
-
-
-def _without(state: Any, names: frozenset[str]) -> Any:
-    """The whole state without the fields in ``names``."""
-    if not names:
-        return state
-    if isinstance(state, Mapping):
-        return {key: value for key, value in state.items() if key not in names}
-    if callable(getattr(state, "model_dump", None)):
-        return {key: value for key, value in state.model_dump().items() if key not in names}
-    if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        fields = dataclasses.fields(state)
-        return {f.name: getattr(state, f.name) for f in fields if f.name not in names}
-    return state
 
 
 @dataclass(frozen=True)
@@ -687,67 +585,8 @@ class _Failed:
     error: Exception
 
 
-# Calls running in this process, so that a retry of one (LangGraph may retry a
-# step while a cancelled task of the failed attempt is still finishing) or another
-# run of the same pending call waits for it and then answers from its record.
-class _Running:
-    """One call running in this process, and how its waiters learn that it ended.
-
-    A sync waiter blocks on ``ended`` in its own thread. An async waiter awaits a
-    future of its own event loop, set from whichever thread ends the call: it
-    holds no thread while it waits, so any number of runs can wait at once.
-    """
-
-    def __init__(self) -> None:
-        self.ended = threading.Event()
-        self.async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-
-
-_running: dict[tuple[int, str, str, str], _Running] = {}
-_running_lock = threading.Lock()
-
-
-def _running_key(call: _Call) -> tuple[int, str, str, str]:
+def _running_key(call: _Call) -> in_flight.CallKey:
     return (id(call.saver), call.thread_id, call.checkpoint_ns, call.tool_call_id)
-
-
-def _claim(call: _Call) -> _Running | None:
-    """Mark ``call`` as running here; or, if it already is, the entry to wait on."""
-    key = _running_key(call)
-    with _running_lock:
-        running = _running.get(key)
-        if running is None:
-            _running[key] = _Running()
-        return running
-
-
-async def _aclaim(call: _Call) -> None:
-    """Mark ``call`` as running here, first waiting (on the event loop) while it runs."""
-    key = _running_key(call)
-    loop = asyncio.get_running_loop()
-    while True:
-        with _running_lock:
-            running = _running.get(key)
-            if running is None:
-                _running[key] = _Running()
-                return
-            ended: asyncio.Future[None] = loop.create_future()
-            running.async_waiters.append((loop, ended))
-        await ended
-
-
-def _release(call: _Call) -> None:
-    with _running_lock:
-        running = _running.pop(_running_key(call))
-    running.ended.set()
-    for loop, ended in running.async_waiters:
-        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits there
-            loop.call_soon_threadsafe(_set_ended, ended)
-
-
-def _set_ended(ended: asyncio.Future[None]) -> None:
-    if not ended.done():  # a cancelled waiter's future is done already
-        ended.set_result(None)
 
 
 def _store_step(call: _Call, step: _Step) -> Any:
@@ -775,8 +614,3 @@ def _store_step(call: _Call, step: _Step) -> Any:
 
 def _is_error(result: Any) -> bool:
     return isinstance(result, ToolMessage) and result.status == "error"
-
-
-def _with_article(name: str) -> str:
-    """``"an InMemorySaver"``, ``"a SqliteSaver"``: for messages."""
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"

@@ -1,8 +1,8 @@
 """What ``verify`` reports: damaged records, checkpoints no read can return, healed blocks.
 
-``VerifyReport`` is what ``VerifiedSaver.verify`` (and ``VerifiedStore.verify``,
-``VerifiedCache.verify``) return; ``UnusableCheckpoint`` and ``HealedBlock`` are its
-entries beside the ``Damage`` of each damaged record.
+``VerifyReport`` is what ``VerifiedSaver.verify`` and ``VerifiedStore.verify`` return;
+``UnusableCheckpoint`` and ``HealedBlock`` are its entries beside the ``Damage`` of
+each damaged record.
 """
 
 from __future__ import annotations

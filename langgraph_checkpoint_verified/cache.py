@@ -349,12 +349,7 @@ class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncCont
 
 
 def _namespace(namespace: Any) -> tuple[str, ...]:
-    if not isinstance(namespace, (tuple, list)):
-        raise TypeError(
-            f"a cache namespace is a tuple of strings, got {type(namespace).__name__}: "
-            f"{namespace!r:.100}"
-        )
-    return tuple(keys.require_text(part, "cache namespace part") for part in namespace)
+    return keys.require_labels(namespace, "cache namespace")
 
 
 def _entry(namespace: Any, key: Any) -> tuple[str, dict[str, str]]:

@@ -110,6 +110,22 @@ def require_text(value: object, name: str) -> str:
     return value
 
 
+def require_labels(value: object, name: str) -> tuple[str, ...]:
+    """``value``, a tuple or list of storable strings (``require_text``), as a tuple.
+
+    ``name`` is what the value is, for the error: ``"store namespace"``.
+
+    Example:
+        >>> require_labels(["users", "42"], "store namespace")
+        ('users', '42')
+    """
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(
+            f"a {name} is a tuple of strings, got {type(value).__name__}: {value!r:.100}"
+        )
+    return tuple(require_text(label, f"{name} label") for label in value)
+
+
 def as_thread_id(value: object) -> str:
     """Thread ids may be given as ints (as LangGraph allows); stored as strings."""
     if isinstance(value, str):

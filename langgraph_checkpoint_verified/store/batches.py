@@ -30,6 +30,7 @@ from typing import Any
 
 from langgraph_checkpoint_verified.errors import RecordDamagedError
 from langgraph_checkpoint_verified.records.format import pack, unpack
+from langgraph_checkpoint_verified.store.filters import is_number
 
 CONTENT_VERSION = 1
 PACK_ITEMS = 256
@@ -147,7 +148,7 @@ def decode_batch(name: str, content: bytes) -> Batch:
         raise RecordDamagedError("store batch lacks its puts, deletes or touches")
     batch = Batch()
     for row in touches:
-        if not isinstance(row, list) or len(row) != 4 or not _is_number(row[3]):
+        if not isinstance(row, list) or len(row) != 4 or not is_number(row[3]):
             raise RecordDamagedError("store batch holds a malformed touch")
         batch.touches.append(Touch(_labels(row[0]), _text(row[1]), _text(row[2]), float(row[3])))
     for row in deletes:
@@ -183,8 +184,8 @@ def _put(version: str, row: Any) -> ItemVersion:
     namespace, key, created, updated, ttl, expires_at, type_, blob, vectors = row
     if not isinstance(created, int) or not isinstance(updated, int):
         raise RecordDamagedError("store item times are not integers")
-    if (ttl is not None and not _is_number(ttl)) or (
-        expires_at is not None and not _is_number(expires_at)
+    if (ttl is not None and not is_number(ttl)) or (
+        expires_at is not None and not is_number(expires_at)
     ):
         raise RecordDamagedError("store item expiry is not a number")
     if not isinstance(type_, str) or not isinstance(blob, bytes):
@@ -217,7 +218,3 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise RecordDamagedError("store batch holds a key or version that is not a string")
     return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

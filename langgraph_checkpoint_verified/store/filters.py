@@ -17,7 +17,8 @@ from langgraph.store.base import MatchCondition
 _COMPARISONS = ("$gt", "$gte", "$lt", "$lte")
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A JSON number: an int or a float, never a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -82,7 +83,7 @@ def _compare(found: Any, wanted: Any) -> bool:
 def _json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
-    if _is_number(a) and _is_number(b):
+    if is_number(a) and is_number(b):
         return bool(a == b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=False))
@@ -100,7 +101,7 @@ def _operator(found: Any, operator: str, operand: Any) -> bool:
         raise ValueError(f"unknown filter operator {operator!r}; use $eq $ne $gt $gte $lt $lte")
     # numbers compare as numbers and strings as strings; anything else never matches,
     # where InMemoryStore would raise from float()
-    if _is_number(found) and _is_number(operand):
+    if is_number(found) and is_number(operand):
         pass
     elif not (isinstance(found, str) and isinstance(operand, str)):
         return False

@@ -27,6 +27,7 @@ from langgraph_checkpoint_verified.store.batches import (
     encode_batch,
     vector_bytes,
 )
+from langgraph_checkpoint_verified.store.filters import is_number
 from langgraph_checkpoint_verified.store.logs import batch_identity
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def _touched(logs: MemoryLogs, key: str, item: ItemVersion) -> float | None:
     try:
         header, content = logs.codec.decode_with_header(data, RecordKind.STORE_TOUCH, None)
         body = unpack(content)
-        if not isinstance(body, dict) or not _is_number(body.get("expires_at")):
+        if not isinstance(body, dict) or not is_number(body.get("expires_at")):
             raise RecordDamagedError("store touch has an unexpected shape")
     except RecordDamagedError as exc:
         logs.reporter.damaged(key, exc, data)  # costs the item its extension, not its value
@@ -153,8 +154,8 @@ def _item(identity: Mapping[str, str], content: bytes) -> ItemVersion:
     vectors: Any = body.get("vectors")
     if not isinstance(created, int) or not isinstance(updated, int):
         raise RecordDamagedError("store item times are not integers")
-    if (ttl is not None and not _is_number(ttl)) or (
-        expires_at is not None and not _is_number(expires_at)
+    if (ttl is not None and not is_number(ttl)) or (
+        expires_at is not None and not is_number(expires_at)
     ):
         raise RecordDamagedError("store item expiry is not a number")
     if (
@@ -165,7 +166,7 @@ def _item(identity: Mapping[str, str], content: bytes) -> ItemVersion:
     ):
         raise RecordDamagedError("store item value is not a (type, bytes) pair")
     if not isinstance(vectors, dict) or not all(
-        isinstance(name, str) and isinstance(v, list) and all(_is_number(x) for x in v)
+        isinstance(name, str) and isinstance(v, list) and all(is_number(x) for x in v)
         for name, v in vectors.items()
     ):
         raise RecordDamagedError("store item vectors are not lists of numbers")
@@ -180,7 +181,3 @@ def _item(identity: Mapping[str, str], content: bytes) -> ItemVersion:
         value=(value[0], value[1]),
         vectors={name: vector_bytes(v) for name, v in vectors.items()},
     )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -75,6 +75,12 @@ from langgraph_checkpoint_verified.store.batches import (
 from langgraph_checkpoint_verified.store.filters import matches_filter, namespace_matches
 from langgraph_checkpoint_verified.store.legacy import move_into_logs
 from langgraph_checkpoint_verified.store.logs import ItemKey, LabelItems, MemoryLogs
+from langgraph_checkpoint_verified.store.operations import (
+    checked_ops,
+    last_puts,
+    namespace_of,
+    ttl_config,
+)
 from langgraph_checkpoint_verified.store.vectors import VectorTable, tokenized_fields
 
 if TYPE_CHECKING:
@@ -201,7 +207,7 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         on_corruption: Callable[[Damage], Any] | None = None,
         quarantine: bool = True,
     ) -> None:
-        self.ttl_config = _ttl_config(ttl)
+        self.ttl_config = ttl_config(ttl)
         self.index_config: IndexConfig | None = IndexConfig(**index) if index else None
         self.embeddings = None
         self._fields: list[tuple[str, list[str] | str]] = []
@@ -366,7 +372,7 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         self._check_open()
         batches: dict[str, Batch] = {}
         for item in items:
-            namespace = _namespace(item.namespace)
+            namespace = namespace_of(item.namespace)
             if not namespace:
                 raise InvalidNamespaceError("a store namespace has at least one label")
             keys.require_text(item.key, "store key")
@@ -408,7 +414,7 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
             {'v': 1}
         """
         self._check_open()
-        ops = self._checked(ops)
+        ops = checked_ops(ops)
         texts, queries = self._to_embed(ops)
         vectors = (
             self.embeddings.embed_documents([text for text, _ in texts])
@@ -421,7 +427,7 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """``batch``, with embeddings awaited and the storage work off the event loop."""
         self._check_open()
-        ops = self._checked(ops)
+        ops = checked_ops(ops)
         texts, queries = self._to_embed(ops)
         vectors = (
             await self.embeddings.aembed_documents([text for text, _ in texts])
@@ -544,33 +550,12 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
 
     # -- inside: one batch -------------------------------------------------------
 
-    def _checked(self, ops: Iterable[Op]) -> list[Op]:
-        ops = list(ops)
-        for op in ops:
-            if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
-                raise TypeError(f"unknown store operation: {type(op).__name__}")
-            # BaseStore's methods check labels, but ops may come to batch directly
-            _validate_op_labels(op)
-            if isinstance(op, (GetOp, PutOp)):
-                _namespace(op.namespace)
-                keys.require_text(op.key, "store key")
-            if isinstance(op, PutOp) and op.value is not None:
-                if not isinstance(op.value, Mapping):
-                    raise TypeError(
-                        f"a store value is a dict, got {type(op.value).__name__}: {op.value!r:.100}"
-                    )
-                if op.ttl is not None and (
-                    isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float))
-                ):
-                    raise TypeError(f"ttl must be a number of minutes or None, got {op.ttl!r}")
-        return ops
-
     def _to_embed(self, ops: list[Op]) -> tuple[list[tuple[str, tuple[int, str]]], list[str]]:
         """Texts to embed (with the put and vector name each is for) and distinct queries."""
         if self.embeddings is None:
             return [], []
         texts: list[tuple[str, tuple[int, str]]] = []
-        for i, op in _last_puts(ops).items():
+        for i, op in last_puts(ops).items():
             if op.value is None or op.index is False:
                 continue
             fields = self._fields if op.index is None else tokenized_fields(op.index)
@@ -620,7 +605,7 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
             # refreshed before the puts: a put of the same item makes a new version,
             # which the refresh does not name
             self._refresh([item for item in touched.values() if item.ttl is not None], now)
-            self._write(_last_puts(ops), by_put, now)
+            self._write(last_puts(ops), by_put, now)
         return results
 
     def _item(self, item: ItemVersion) -> Item:
@@ -795,61 +780,6 @@ def _newest_first(item: ItemVersion) -> tuple[int, tuple[str, ...], str]:
     return -item.updated_at, item.namespace, item.key
 
 
-def _last_puts(ops: list[Op]) -> dict[int, PutOp]:
-    """The last put of each item, by its position in ``ops``, in order."""
-    last: dict[tuple[tuple[str, ...], str], int] = {}
-    for i, op in enumerate(ops):
-        if isinstance(op, PutOp):
-            last[(tuple(op.namespace), op.key)] = i
-    return {i: ops[i] for i in sorted(last.values())}  # type: ignore[misc]
-
-
-def _ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
-    if ttl is None:
-        return None
-    if not isinstance(ttl, Mapping):
-        raise TypeError(f"ttl must be a TTLConfig dict, got {type(ttl).__name__}")
-    default = ttl.get("default_ttl")
-    if default is not None and (not _is_number(default) or default < 0):
-        raise ValueError(f"ttl default_ttl must be minutes >= 0 or None, got {default!r}")
-    return TTLConfig(**ttl)  # type: ignore[typeddict-item]
-
-
-def _validate_op_labels(op: Op) -> None:
-    """The labels an op carries, checked as the newest ``BaseStore`` checks them.
-
-    Done here rather than by ``langgraph.store.base.validate_op_namespace``,
-    which refuses a NUL byte in a label only from some langgraph 1.x release on;
-    every version this package supports gets the same answer.
-    """
-    if isinstance(op, (GetOp, PutOp)):
-        paths = [op.namespace]
-    elif isinstance(op, SearchOp):
-        paths = [op.namespace_prefix]
-    else:
-        paths = [condition.path for condition in op.match_conditions or ()]
-    for path in paths:
-        for label in path:
-            if not isinstance(label, str):
-                raise InvalidNamespaceError(
-                    f"namespace labels must be strings, got {type(label).__name__} in {path!r}"
-                )
-            if not label or "." in label or "\0" in label:
-                raise InvalidNamespaceError(
-                    f"invalid namespace label {label!r} in {path!r}: labels are non-empty "
-                    f"and hold no period ('.') and no NUL byte"
-                )
-
-
-def _namespace(namespace: Any) -> tuple[str, ...]:
-    if not isinstance(namespace, (tuple, list)):
-        raise TypeError(
-            f"a store namespace is a tuple of strings, got {type(namespace).__name__}: "
-            f"{namespace!r:.100}"
-        )
-    return tuple(keys.require_text(part, "store namespace label") for part in namespace)
-
-
 def _now_micros(now: float) -> int:
     return round(now * 1_000_000)
 
@@ -860,7 +790,3 @@ def _micros(moment: datetime) -> int:
 
 def _time(micros: int) -> datetime:
     return datetime.fromtimestamp(micros / 1_000_000, timezone.utc)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -19,7 +19,7 @@ from echo_graph import build_graph
 from test_cli import by_step, checkpoint_entry, flip_byte, history, run
 
 from langgraph_checkpoint_verified import VerifiedSaver
-from langgraph_checkpoint_verified.cli.state import thread_summaries
+from langgraph_checkpoint_verified.cli.threads import thread_summaries
 
 
 class CountingSerde:

@@ -22,7 +22,8 @@ store with ``quarantine=False``: looking at a store never moves anything.
 The package, bottom up: ``output`` (names, exit codes, formatting and rich
 helpers), ``store`` (opening a STORE, finding a thread or checkpoint, running a
 command guarded), ``params`` (the shared typer arguments), one module per command
-group (``inspect``, ``verify``, ``diff``, ``migrate``, ``state``, ``sweep``, ``export``),
+(``inspect``, ``verify``, ``diff``, ``migrate``, ``threads``, ``history``, ``show``,
+``stats``, ``prune``, ``sweep``, ``memories``; ``export`` holds ``export`` and ``import``),
 ``legacy`` (the argparse parser of the older commands) and ``app`` (the typer
 application made of them). Nothing below imports what is above it.
 

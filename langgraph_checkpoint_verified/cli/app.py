@@ -3,9 +3,9 @@
 ``cli.main`` runs it (``run``). This module builds ``app`` from the command modules,
 in the order ``--help`` lists them: ``inspect``, ``verify``, ``repair``, ``diff`` and
 ``migrate`` hand their arguments to the argparse parser (``legacy``), so they behave
-exactly as before; ``threads``, ``history``, ``show``, ``stats`` and ``prune`` are in
-``state``, ``sweep`` in ``sweep``, ``export`` and ``import`` in ``export``, ``memories`` in
-``memories``.
+exactly as before; every other command is in a module of its own name (``threads``,
+``history``, ``show``, ``stats``, ``prune``, ``sweep``, ``memories``), but for ``export``
+and ``import``, both in ``export``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,16 @@ from typing import Annotated
 
 import typer
 
-from langgraph_checkpoint_verified.cli import export, memories, state, sweep
+from langgraph_checkpoint_verified.cli import (
+    export,
+    history,
+    memories,
+    prune,
+    show,
+    stats,
+    sweep,
+    threads,
+)
 from langgraph_checkpoint_verified.cli.output import EXIT_ERROR, EXIT_OK, PROG
 from langgraph_checkpoint_verified.cli.params import AsJson, KeyFile, Store
 from langgraph_checkpoint_verified.cli.store import STORE_HELP
@@ -201,11 +210,11 @@ def migrate(
 
 # -- the commands of their own modules, in the order --help lists them ----------------
 
-app.command()(state.threads)
-app.command()(state.history)
-app.command()(state.show)
-app.command()(state.stats)
-app.command()(state.prune)
+app.command()(threads.threads)
+app.command()(history.history)
+app.command()(show.show)
+app.command()(stats.stats)
+app.command()(prune.prune)
 app.command()(sweep.sweep)
 app.command()(export.export)
 app.command("import")(export.import_)

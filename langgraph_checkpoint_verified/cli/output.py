@@ -37,6 +37,8 @@ VALUE_WIDTH = 100
 """Values longer than this are clipped on screen."""
 INTERNAL_PREFIXES = ("__", "branch:to:")
 """Channels LangGraph keeps for itself; shown only when asked for."""
+INTERRUPT = "__interrupt__"
+"""The channel of the pending writes that hold a thread's interrupts."""
 
 
 # -- naming checkpoints ----------------------------------------------------------------
@@ -189,6 +191,20 @@ def _not_implemented_as_repr(value: Any) -> Any:
     if isinstance(value, list):
         return [_not_implemented_as_repr(item) for item in value]
     return value
+
+
+def interrupts_of(found: CheckpointTuple) -> list[dict[str, Any]]:
+    """The interrupts a checkpoint waits at, from its pending writes, as JSON-able dicts."""
+    return [
+        {
+            "task_id": task_id,
+            "id": getattr(item, "id", None),
+            "value": jsonable(getattr(item, "value", item)),
+        }
+        for task_id, channel, value in found.pending_writes or ()
+        if channel == INTERRUPT
+        for item in (value if isinstance(value, (list, tuple)) else [value])
+    ]
 
 
 def is_internal(channel: str) -> bool:

@@ -266,6 +266,31 @@ def test_a_quarantined_checkpoint_s_pending_writes_are_moved_with_a_reason(store
     assert store.checkpoint_key(2) in result["moved"]
 
 
+def test_the_damaged_records_of_a_thread_are_moved_aside_in_one_move(store: Store) -> None:
+    """Repair moves what it finds damaged in a thread as a read falling back past it
+    does: together, so the records share one reasons file (and, in a log, one append
+    of their deletions), each named by it, each copied byte for byte."""
+    damaged = [store.checkpoint_key(1), store.checkpoint_key(2)]
+    for step in (1, 2):
+        damage_checkpoint(step)(store)
+    result = converges(store)
+    saver = store.saver(quarantine=False)
+    names = list(saver.storage.walk("quarantine"))
+    (reasons,) = [name for name in names if name.endswith(".reasons")]
+    move = reasons.rsplit("/", 1)[-1].removesuffix(".reasons")
+    together = quarantine_contents(
+        {name: saver.storage.read(name) for name in names if move in name}, saver.codec
+    )
+    assert sorted(together) == damaged
+    reported = {d.key: d for d in result["repaired"].damaged}
+    for key in damaged:
+        assert together[key][0] == JUNK == result["moved"][key][0]
+        assert together[key][1]["reason"] == reported[key].reason
+        assert reported[key].quarantined_to == saver.storage.location(
+            f"quarantine/{together[key][1]['record']}"
+        )
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_checkpoints_that_can_never_load_are_moved_after_the_ones_that_can_hold_their_values(
     tmp_path: Path, backend: str

@@ -16,7 +16,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -159,13 +159,27 @@ class DamageReporter:
         self, key: str, error: RecordDamagedError, data: bytes | None
     ) -> tuple[Damage, OSError | None]:
         """``damaged``, and the error that kept the record from being moved, if any."""
-        damage = self._found(key, error, data)
-        if not self.quarantine_enabled or data is None:
-            self._report(damage, "")
-            return damage, None
-        ((damage, outcome, refused),) = self._quarantine([(damage, data)])
-        self._report(damage, outcome)
+        ((damage, refused),) = self.report_all_damaged([(key, error, data)])
         return damage, refused
+
+    def report_all_damaged(
+        self, found: Sequence[tuple[str, RecordDamagedError, bytes | None]]
+    ) -> list[tuple[Damage, OSError | None]]:
+        """``report_damaged`` for records found damaged together (``(key, error, data)``),
+        moved aside in one move (for a store's log, one append for them all, and one
+        reasons file), then reported in the order given: what ``verify(repair=True)``
+        found damaged in one thread."""
+        damages = [self._found(key, error, data) for key, error, data in found]
+        outcomes: list[tuple[Damage, str, OSError | None]] = [(d, "", None) for d in damages]
+        if self.quarantine_enabled:
+            moves = [(i, data) for i, (_, _, data) in enumerate(found) if data is not None]
+            if moves:
+                moved = self._quarantine([(damages[i], data) for i, data in moves])
+                for (i, _), result in zip(moves, moved, strict=True):
+                    outcomes[i] = result
+        for damage, outcome, _ in outcomes:
+            self._report(damage, outcome)
+        return [(damage, refused) for damage, _, refused in outcomes]
 
     @contextmanager
     def moving_together(self) -> Iterator[None]:

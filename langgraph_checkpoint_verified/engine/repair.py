@@ -52,14 +52,14 @@ def _repair_locked(
     reporter: DamageReporter = engine.reporter
     first = judge(engine, scan_records(engine, current_keys()), reporter.quarantined_under(scope))
 
-    # 1. Damage in place is quarantined, as a read would.
-    moved: dict[str, Damage] = {}
+    # 1. Damage in place is quarantined, as a read would: all of it in one move.
     scan = scan_records(engine, [d.key for d in first.damaged if not d.reason.startswith(MISSING)])
-    for key, (error, data) in scan.damaged.items():
-        moved[key], refusal = reporter.report_damaged(key, error, data)
-        if refusal is not None:
-            report.read_only = True
-            return _as_done(first, first, moved, {})
+    found = [(key, error, data) for key, (error, data) in scan.damaged.items()]
+    reported = reporter.report_all_damaged(found)
+    moved = {key: damage for (key, _, _), (damage, _) in zip(found, reported, strict=True)}
+    if any(refusal is not None for _, refusal in reported):
+        report.read_only = True
+        return _as_done(first, first, moved, {})
 
     # 2. Judged again with the damage aside: what no read can ever use is moved aside.
     scan = scan_records(engine, current_keys())

@@ -1,9 +1,9 @@
-"""``threads``: every thread of a store, with what it waits at, from the records' own names.
+"""``threads``: every thread of a store, its checkpoints, last step and what it waits at.
 
-Typer commands, registered by ``app``: each public function named after a command
-is that command, its parameters the command's arguments and options. They open the
-store with ``quarantine=False`` and run under ``store.run_guarded``: whatever stops
-them is one line on stderr and exit code 2.
+A typer command, registered by ``app``: the public function ``threads`` is the
+command, its parameters the command's arguments and options. It opens the store
+with ``quarantine=False`` and runs under ``store.run_guarded``: whatever stops it is
+one line on stderr and exit code 2.
 """
 
 from __future__ import annotations

@@ -28,7 +28,16 @@ from langgraph_checkpoint_verified.store.filters import is_number
 
 def checked_ops(ops: Iterable[Op]) -> list[Op]:
     """``ops`` as a list, each checked as ``BaseStore``'s methods would (ops may come to
-    ``batch`` directly): its type, its labels, its key, its value and its TTL."""
+    ``batch`` directly): its type, its labels, its key, its value and its TTL.
+
+    Example:
+        >>> checked_ops([GetOp(("users", "42"), "profile")])
+        [GetOp(namespace=('users', '42'), key='profile', refresh_ttl=True)]
+        >>> checked_ops([PutOp(("users",), "profile", ["not", "a", "dict"])])
+        Traceback (most recent call last):
+        ...
+        TypeError: a store value is a dict, got list: ['not', 'a', 'dict']
+    """
     ops = list(ops)
     for op in ops:
         if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
@@ -80,7 +89,13 @@ def namespace_of(namespace: Any) -> tuple[str, ...]:
 
 
 def last_puts(ops: list[Op]) -> dict[int, PutOp]:
-    """The last put of each item, by its position in ``ops``, in order."""
+    """The last put of each item, by its position in ``ops``, in order.
+
+    Example:
+        >>> first, last = PutOp(("a",), "k", {"v": 1}), PutOp(("a",), "k", None)
+        >>> last_puts([first, GetOp(("a",), "k"), last]) == {2: last}
+        True
+    """
     last: dict[tuple[tuple[str, ...], str], int] = {}
     for i, op in enumerate(ops):
         if isinstance(op, PutOp):
@@ -89,6 +104,17 @@ def last_puts(ops: list[Op]) -> dict[int, PutOp]:
 
 
 def ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
+    """The store's ``ttl`` argument, checked: a ``TTLConfig`` dict whose ``default_ttl``,
+    if any, is minutes >= 0.
+
+    Example:
+        >>> ttl_config({"default_ttl": 60})
+        {'default_ttl': 60}
+        >>> ttl_config({"default_ttl": -1})
+        Traceback (most recent call last):
+        ...
+        ValueError: ttl default_ttl must be minutes >= 0 or None, got -1
+    """
     if ttl is None:
         return None
     if not isinstance(ttl, Mapping):

@@ -35,7 +35,17 @@ _running_lock = threading.Lock()
 
 def claim(key: CallKey) -> InFlight | None:
     """Mark the call ``key`` names as running here; or, if it already is, the entry to
-    wait on."""
+    wait on.
+
+    Example:
+        >>> key = (0, "thread", "tools:1", "call-1")
+        >>> claim(key) is None  # nobody runs it: it is ours now
+        True
+        >>> waiting = claim(key)  # a second run finds it running
+        >>> release(key)
+        >>> waiting.ended.is_set()
+        True
+    """
     with _running_lock:
         running = _running.get(key)
         if running is None:

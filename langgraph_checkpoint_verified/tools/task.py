@@ -50,6 +50,10 @@ def task_of_config(
     """Where a tools task given ``config`` keeps its records, or why it cannot keep any.
 
     Reads the config only, so it is cheap enough for the event loop.
+
+    Example:
+        >>> task_of_config(None, {"configurable": {"thread_id": "t"}}).reason
+        'the graph has no checkpointer, not a VerifiedSaver'
     """
     configurable = (config or {}).get("configurable") or {}
     checkpointer = configurable.get(CONFIG_KEY_CHECKPOINTER)
@@ -117,7 +121,12 @@ def unsaved_names(config: RunnableConfig | None) -> frozenset[str]:
 
 
 def without_names(state: Any, names: frozenset[str]) -> Any:
-    """The whole state without the fields in ``names``."""
+    """The whole state without the fields in ``names``.
+
+    Example:
+        >>> without_names({"messages": [], "remaining_steps": 3}, frozenset({"remaining_steps"}))
+        {'messages': []}
+    """
     if not names:
         return state
     if isinstance(state, Mapping):
@@ -131,5 +140,10 @@ def without_names(state: Any, names: frozenset[str]) -> Any:
 
 
 def with_article(name: str) -> str:
-    """``"an InMemorySaver"``, ``"a SqliteSaver"``: for messages."""
+    """``"an InMemorySaver"``, ``"a SqliteSaver"``: for messages.
+
+    Example:
+        >>> with_article("InMemorySaver"), with_article("SqliteSaver")
+        ('an InMemorySaver', 'a SqliteSaver')
+    """
     return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"

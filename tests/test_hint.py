@@ -20,6 +20,7 @@ from logtools import lose_parity
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.storage.log import hint_file, key_directory
 from langgraph_checkpoint_verified.storage.log.entries import (
+    HINT_BLOCK_KEYS,
     HINT_MAGIC,
     HINT_VERSION,
     LOG_TAIL_SIZE,
@@ -30,6 +31,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     hint_block,
     scan,
 )
+from langgraph_checkpoint_verified.storage.log.file_storage import FileStorage
 from langgraph_checkpoint_verified.storage.log.hint_file import HINT_AFTER_BYTES, HINT_NAME
 from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
 from langgraph_checkpoint_verified.storage.log.reading import LogReader
@@ -489,13 +491,12 @@ def lazy_index(hint):
     return decode_hint_index(hint.read_bytes(), lambda end: TAIL, 10**9)
 
 
-def rewrite_hint(lazy: HintedDirectory, hint) -> int:
-    """Write the next hint of a directory partly read from ``hint`` as ``FileStorage`` does
-    (the blocks never read carried as they are), and read on from it; the blocks carried."""
+def rewrite_hint(lazy: KeyDirectory, hint) -> int:
+    """Write the next hint of a directory read from or written to ``hint`` as
+    ``FileStorage`` does (the blocks that hold no key changed since carried as they are),
+    and read on from it; the blocks carried."""
     parts = lazy.hint_parts()
-    if parts is None:  # every block read: a plain directory, encoded whole
-        hint.write_bytes(encode_hint(TAIL, 10**9, [(k, *where) for k, where in lazy.items()]))
-        return 0
+    assert parts is not None  # it was read from a hint: it knows which
     old = hint.read_bytes()
     kept = [part for part in parts if isinstance(part, KeptBlock)]
     # each carried block is where the old hint holds it, as its index vouches for it
@@ -514,9 +515,117 @@ def rewrite_hint(lazy: HintedDirectory, hint) -> int:
     temp.write_bytes(new)
     os.replace(temp, hint)
     assert index == lazy_index(hint)  # the index written is the one a reader decodes
-    lazy.rebase((hint.stat().st_ino, hint.stat().st_size), index)
-    assert lazy._index is not None and len(lazy._unread) == len(kept)
+    unread = len(lazy._unread) if isinstance(lazy, HintedDirectory) else 0
+    lazy.hinted(str(hint), (hint.stat().st_ino, hint.stat().st_size), index)
+    if isinstance(lazy, HintedDirectory):
+        # the blocks never read are still unread; the blocks read since but not changed
+        # are carried too, and need no reading: their keys are in the directory
+        assert len(lazy._unread) == unread <= len(kept)
     return len(kept)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_directory_written_to_a_hint_carries_its_unchanged_blocks_into_the_next(tmp_path, seed):
+    """A writer's directory (every key in it, none read from a hint) remembers the hint it
+    wrote: the next one copies the blocks no change touched, encodes the others, and reads
+    back as the directory is, whatever was set, deleted or applied in between."""
+    rng = random.Random(seed)
+    keys = [f"threads/t/ns/~/checkpoints/1f0{n:05d}.ckpt" for n in range(2500)]
+    keys += [f"threads/t/ns/~/writes/1f0{n:05d}/task{t}.0" for n in range(0, 2500, 4) for t in "ab"]
+    keys += [f"threads/t/tools/call{n:03d}.tool" for n in range(300)]
+    whole = KeyDirectory()
+    for n, key in enumerate(keys):
+        whole[key] = (n * 10, 10)
+    hint = tmp_path / HINT_NAME
+    hint.write_bytes(encode_hint(TAIL, 10**9, [(k, *where) for k, where in whole.items()]))
+    assert whole.hint_parts() is None  # no hint known yet: encoded whole
+    whole.hinted(str(hint), (hint.stat().st_ino, hint.stat().st_size), lazy_index(hint))
+    blocks = len(lazy_index(hint).blocks)
+    newer = iter(f"threads/t/ns/~/checkpoints/2f0{n:05d}.ckpt" for n in range(10**6))
+
+    def unexpected_rescan():
+        raise AssertionError("every block verifies: no reason to read the log")
+
+    for round_ in range(8):
+        touched = set()
+        for _ in range(rng.randrange(1, 6)):
+            key = rng.choice(keys)
+            touched.add(key)
+            if rng.random() < 0.3 and key in whole:
+                del whole[key]
+            else:
+                whole[key] = (round_, 1)
+        whole.apply({next(newer): (round_, 2) for _ in range(rng.randrange(50, 400))})
+        whole.apply({rng.choice(keys): rng.choice([None, (round_, 3)])})  # applied, set or gone
+        carried = rewrite_hint(whole, hint)
+        # only the blocks a change touched are encoded again (the last one, new keys too)
+        assert carried >= blocks - len(touched) - 2
+        identity = (hint.stat().st_ino, hint.stat().st_size)
+        again = HintedDirectory(str(hint), identity, lazy_index(hint), unexpected_rescan)
+        assert dict(again.items()) == dict(whole.items())
+        blocks = len(lazy_index(hint).blocks)
+    # changed any other way, the directory no longer knows which blocks hold: whole again
+    whole.pop(keys[0], None)
+    assert whole.hint_parts() is None and whole.last_hint is None
+
+
+def test_a_writer_of_a_long_thread_encodes_only_what_changed_since_its_last_hint(
+    tmp_path, monkeypatch
+):
+    """Appending to a long thread, a writer leaves a new hint now and then: it encodes the
+    blocks its appends (and the deletions and rewrites of older keys among them) touched,
+    and copies the rest from its last hint, whose keys it never encodes again. A process
+    opening the thread from that hint finds every key where a full read of the log does."""
+    root = tmp_path / "store"
+    storage = FileStorage(str(root), fsync=False)
+    since = {"appended": 0, "older": 0}
+    hints: list[tuple[int, int, int]] = []  # (keys encoded, bound, keys held) per hint
+    real = hint_file.encode_hint_parts
+
+    def counting(log_tail, end, parts):
+        encoded = sum(len(part) for part in parts if not isinstance(part, KeptBlock))
+        # the blocks of older keys touched, the last block, and the keys appended
+        bound = (since["older"] + 1) * HINT_BLOCK_KEYS + since["appended"]
+        hints.append((encoded, bound, len(held)))
+        since.update(appended=0, older=0)
+        return real(log_tail, end, parts)
+
+    monkeypatch.setattr(hint_file, "encode_hint_parts", counting)
+    rng = random.Random(11)
+    prefix = "threads/t/ns/~/checkpoints"
+    held: dict[str, bytes] = {}
+    for n in range(6000):
+        key = f"{prefix}/1f0{n:06d}.ckpt"
+        held[key] = f"record {n} ".encode() * 60
+        since["appended"] += 1
+        storage.write(key, held[key])
+        if n % 97 == 0 and n:  # now and then, an older record rewritten or deleted
+            older = rng.choice(sorted(held))
+            since["older"] += 1
+            if rng.random() < 0.5:
+                del held[older]
+                storage.delete(older)
+            else:
+                held[older] = b"rewritten " + older.encode()
+                storage.write(older, held[older])
+    assert len(hints) > 8
+    assert hints[0][0] == hints[0][2]  # the first hint: every key encoded
+    for encoded, bound, _ in hints[1:]:
+        assert encoded <= bound  # the others: what changed, never the whole thread again
+    assert hints[-1][0] < hints[-1][2] / 3
+
+    def no_full_read(self, log):
+        raise AssertionError("the hint verifies: no reason to read the whole log")
+
+    monkeypatch.setattr(LogReader, "_read_whole", no_full_read)
+    opened = FileStorage(str(root), fsync=False)
+    assert sorted(opened.list(prefix)) == sorted(k.rpartition("/")[2] for k in held)
+    assert all(opened.read(key) == data for key, data in held.items())
+    scratch = opened.reader.read_afresh("threads/t")
+    assert scratch is not None
+    log = opened._log("threads/t")
+    assert isinstance(log.index, HintedDirectory)
+    assert dict(log.index.items()) == dict(scratch.index.items())
 
 
 def test_a_log_with_damage_is_not_hinted_again_at_every_append(tmp_path, monkeypatch):

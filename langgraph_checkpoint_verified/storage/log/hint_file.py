@@ -142,15 +142,12 @@ def write_hint(log: ThreadLog) -> None:
         return
     log.damage_settled = False  # tried once: from now on, as the log grows
     directory = log.index
-    # a directory still partly in its hint carries the blocks it never read as they
-    # are, copied from that hint file: only the blocks whose keys changed are decoded
-    # and encoded again
+    # the blocks of the hint the directory was last read from or written to that hold
+    # no key changed since are carried as they are, copied from that file: only the
+    # blocks whose keys changed are encoded again
     earlier = _open_earlier_hint(directory)
     try:
-        carried = None
-        if earlier is not None:
-            assert isinstance(directory, HintedDirectory)
-            carried = directory.hint_parts()
+        carried = directory.hint_parts() if earlier is not None else None
         parts = _encodable([sorted(directory.items())] if carried is None else carried)
         if parts is None:
             log.hint_end = log.end  # not again before the log has grown as much again
@@ -178,10 +175,9 @@ def write_hint(log: ThreadLog) -> None:
         if earlier is not None:
             os.close(earlier)
     log.hint_end, log.hint_size = log.end, size
-    if carried is not None:
-        # read on from the new hint (the old one is gone)
-        assert isinstance(directory, HintedDirectory)
-        directory.rebase((written.st_ino, written.st_size), index)
+    # the next hint starts from this one (a directory partly read from the old one reads
+    # on from it: the old one is gone)
+    directory.hinted(f"{log.directory}/{HINT_NAME}", (written.st_ino, written.st_size), index)
 
 
 def _encodable(parts: builtins.list[Any]) -> builtins.list[Any] | None:
@@ -202,12 +198,13 @@ def _encodable(parts: builtins.list[Any]) -> builtins.list[Any] | None:
 
 
 def _open_earlier_hint(directory: KeyDirectory) -> int | None:
-    """The hint file a directory still partly in it was opened from, open, if it is still
-    that file; ``None`` otherwise (every key is then encoded anew)."""
-    if not isinstance(directory, HintedDirectory) or not directory.partly_read:
+    """The hint file the directory was last read from or written to, open, if it is
+    still that file; ``None`` otherwise (every key is then encoded anew)."""
+    last = directory.last_hint
+    if last is None:
         return None
     try:
-        fd = os.open(directory.hint_file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(last.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
     try:
@@ -215,8 +212,8 @@ def _open_earlier_hint(directory: KeyDirectory) -> int | None:
         identity: tuple[int, int] | None = (st.st_ino, st.st_size)
     except OSError:
         identity = None
-    if identity != directory.hint_identity:
-        os.close(fd)  # replaced since: not the blocks its index names
+    if identity != last.identity:
+        os.close(fd)  # replaced since (another process's hint): not the blocks it names
         return None
     return fd
 

@@ -3,6 +3,12 @@
 ``KeyDirectory`` is built by reading the log once and kept up to date by the
 log's appends; ``HintedDirectory`` is the same directory opened from a hint
 file (``log.hint``), reading the hint's blocks only as they are needed.
+
+Either remembers the hint it was last written to or read from (``LastHint``) and
+which of that hint's blocks hold a key changed since: the next hint copies the
+others from it as they are, and encodes only those (``hint_parts``). A writer
+appending to a long thread then rewrites its hint at a cost that grows with what
+it appended, not with every key the thread holds.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import builtins
 import heapq
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_checkpoint_verified.storage.log.entries import (
@@ -19,6 +26,29 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     KeptBlock,
     hint_block_columns,
 )
+
+
+@dataclass
+class LastHint:
+    """The hint file a directory was last read from or written to, and which of its
+    blocks hold a key changed since (a block holds the keys from its first key up to
+    the next block's; block 0 also the keys before its first, the last block those
+    after it)."""
+
+    path: str
+    identity: tuple[int, int]
+    """The file's (inode, size) then: its blocks are copied only from that very file."""
+    first_keys: builtins.list[str]
+    blocks: builtins.list[tuple[int, int, int]]
+    """Each block's offset in the file, size and CRC-32 (``HintIndex.blocks``)."""
+    changed: set[int] = field(default_factory=set)
+
+    def block_of(self, key: str) -> int:
+        return max(bisect.bisect_right(self.first_keys, key) - 1, 0)
+
+    def touch(self, key: str) -> None:
+        """``key`` changed (was set, or deleted): its block is not carried as it is."""
+        self.changed.add(self.block_of(key))
 
 
 class KeyDirectory(dict[str, Any]):
@@ -34,17 +64,24 @@ class KeyDirectory(dict[str, Any]):
         self.leaves: dict[str, dict[str, None]] = {}
         self.subdirs: dict[str, dict[str, None]] = {}
         self.greatest: dict[str, str] = {}
+        self.last_hint: LastHint | None = None
+        """The hint this directory was last read from or written to (``hinted``)."""
 
     def __setitem__(self, key: str, value: Any) -> None:
         if not dict.__contains__(self, key):
             self._add_name(key)
         super().__setitem__(key, value)
+        if self.last_hint is not None:
+            self.last_hint.touch(key)
 
     def add_names(self, parent: str, names: list[str], positions: list[Any]) -> None:
         """Keys ``parent/name``, none of them in the directory yet, each at its position:
         a directory at a time (a stretch of log applied at once), not a key at a time."""
         if not names:
             return
+        if self.last_hint is not None:
+            for name in names:
+                self.last_hint.touch(f"{parent}/{name}")
         self._add_leaves(parent, names)
         super().update(zip([f"{parent}/{name}" for name in names], positions, strict=True))
 
@@ -101,6 +138,8 @@ class KeyDirectory(dict[str, Any]):
                     del self[key]
                 else:
                     dict.__setitem__(self, key, value)
+                    if self.last_hint is not None:
+                        self.last_hint.touch(key)
             elif value is not None:
                 parent, _, name = key.rpartition("/")
                 names, positions = added.setdefault(parent, ([], []))
@@ -115,6 +154,8 @@ class KeyDirectory(dict[str, Any]):
 
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
+        if self.last_hint is not None:
+            self.last_hint.touch(key)
         parent, _, name = key.rpartition("/")
         names = self.leaves[parent]
         del names[name]
@@ -172,6 +213,74 @@ class KeyDirectory(dict[str, Any]):
         """``heapq.nlargest(count, names_under(prefix))`` for a prefix that holds records."""
         return heapq.nlargest(count, self.leaves.get(prefix, ()))
 
+    # -- the next hint ---------------------------------------------------------------------
+
+    def hinted(self, path: str, identity: tuple[int, int], index: HintIndex) -> None:
+        """The directory was just written to the hint file ``path`` (``identity``: its
+        inode and size), whose index is ``index``: no key changed since."""
+        self.last_hint = LastHint(path, identity, index.first_keys, index.blocks)
+
+    def hint_parts(self) -> builtins.list[Any] | None:
+        """The directory as the parts of a new hint (``encode_hint_parts``), in key order:
+        each block of the last hint that holds no key changed since (``LastHint``), where
+        that file holds it, and the keys of the other blocks, as ``(key, where)``, between
+        them. ``None`` if the directory knows of no hint (encode its items). The blocks are
+        copied from the file ``last_hint`` names, which must still be that file.
+
+        A key is changed only after its block is in the directory (``HintedDirectory``
+        reads it first), so every block not carried has all its keys here."""
+        last = self.last_hint
+        if last is None:
+            return None
+        # the keys alone sorted (no pair made for a key whose block is carried)
+        loaded = sorted(dict.keys(self))
+        parts: builtins.list[Any] = []
+        taken = 0
+        count = len(last.first_keys)
+        for number, (first_key, (offset, size, crc)) in enumerate(
+            zip(last.first_keys, last.blocks, strict=True)
+        ):
+            if number in last.changed:
+                continue  # its keys go with the run of keys around it
+            parts.append(self._run(loaded[taken : bisect.bisect_left(loaded, first_key)]))
+            parts.append(KeptBlock(first_key, offset, size, crc))
+            # the block's own keys, if they are in the directory too, are in the copy
+            taken = (
+                bisect.bisect_left(loaded, last.first_keys[number + 1])
+                if number + 1 < count
+                else len(loaded)
+            )
+        parts.append(self._run(loaded[taken:]))
+        return parts
+
+    def _run(self, keys: builtins.list[str]) -> builtins.list[tuple[str, Any]]:
+        get = dict.__getitem__
+        return [(key, get(self, key)) for key in keys]
+
+    # Changed through dict's own methods (none of this package's code does), the directory
+    # no longer knows which blocks of its last hint still hold: the next hint is encoded
+    # whole.
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.last_hint = None
+        super().update(*args, **kwargs)
+
+    def pop(self, *args: Any) -> Any:
+        self.last_hint = None
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[str, Any]:
+        self.last_hint = None
+        return super().popitem()
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self.last_hint = None
+        return super().setdefault(key, default)
+
+    def clear(self) -> None:
+        self.last_hint = None
+        super().clear()
+
 
 class HintedDirectory(KeyDirectory):
     """A key directory taken from a hint a block at a time, as it is used.
@@ -206,6 +315,7 @@ class HintedDirectory(KeyDirectory):
         self._decoded: dict[int, tuple[builtins.list[str], Any, Any]] = {}
         """Unread blocks decoded for lookups, not yet taken into the directory."""
         self._rescan = rescan
+        self.last_hint = LastHint(hint_path, hint_identity, index.first_keys, index.blocks)
         if not self._unread:
             self._index = None
 
@@ -279,54 +389,17 @@ class HintedDirectory(KeyDirectory):
 
     # -- writing the next hint ---------------------------------------------------------------
 
-    def hint_parts(self) -> builtins.list[Any] | None:
-        """The directory as the parts of a new hint (``encode_hint_parts``), in key order:
-        each block never read, where the hint file holds it (a key changed since would
-        have read its block first), and the keys read or changed between them, as
-        ``(key, where)``. ``None`` once every block is read (the directory is then
-        complete: encode its items). The blocks are copied from ``hint_file``, which
-        must still be the file ``hint_identity`` names."""
-        index = self._index
-        if index is None:
-            return None
-        loaded = sorted(dict.items(self))
-        loaded_keys = [key for key, _ in loaded]
-        parts: builtins.list[Any] = []
-        taken = 0
-        for number in sorted(self._unread):
-            offset, size, crc = index.blocks[number]
-            first_key = index.first_keys[number]
-            cut = bisect.bisect_left(loaded_keys, first_key)
-            parts.append(loaded[taken:cut])
-            parts.append(KeptBlock(first_key, offset, size, crc))
-            taken = cut
-        parts.append(loaded[taken:])
-        return parts
-
-    @property
-    def partly_read(self) -> bool:
-        """Whether some blocks of the hint are still unread (``hint_parts`` has parts)."""
-        return self._index is not None
-
-    @property
-    def hint_file(self) -> str:
-        return self._hint_path
-
-    @property
-    def hint_identity(self) -> tuple[int, int]:
-        """The hint file's (inode, size) when its index was read."""
-        return self._hint_identity
-
-    def rebase(self, hint_identity: tuple[int, int], index: HintIndex) -> None:
-        """Read on from a new hint written from ``hint_parts``: its carried blocks are
-        still unread, the rest is in the directory already."""
+    def hinted(self, path: str, identity: tuple[int, int], index: HintIndex) -> None:
+        """Read on from the hint just written from ``hint_parts``: the blocks it carried
+        that were never read are still unread, the rest is in the directory already."""
         kept = {self._index.first_keys[n] for n in self._unread} if self._index else set()
-        self._hint_identity = hint_identity
+        self._hint_path, self._hint_identity = path, identity
         self._index = index
         self._unread = {n for n, first in enumerate(index.first_keys) if first in kept}
         self._decoded = {}
         if not self._unread:
             self._index = None
+        super().hinted(path, identity, index)
 
     def _block_of(self, key: str) -> int:
         assert self._index is not None
@@ -354,6 +427,7 @@ class HintedDirectory(KeyDirectory):
         self._index = None
         self._unread = set()
         self._decoded = {}
+        self.last_hint = None  # a block of it did not verify: nothing is copied from it
         dict.clear(self)
         dict.update(self, complete)
         self.leaves, self.subdirs, self.greatest = (

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -205,20 +206,31 @@ def held_values(settings: Any, workdir: Path) -> dict[str, Any]:
 # -- 3 and 6. a 10,000-checkpoint thread ----------------------------------------
 
 
-def build_history(store: Path, db: Path, count: int) -> list[str]:
-    """Write the same ``count`` checkpoints into a store and a SQLite database."""
+def build_history(store: Path, db: Path, count: int) -> tuple[list[str], dict[str, Any]]:
+    """Write the same ``count`` checkpoints into a store and a SQLite database, the two
+    savers taking turns put by put; the ids, and what the puts of the second half of the
+    thread cost each saver (neither syncs: ``fsync=False``, ``synchronous=OFF``), so that
+    a cost which grows with the thread's length shows."""
     writer = VerifiedSaver(store, fsync=False)
     conn = sqlite3.connect(db, check_same_thread=False)
     conn.execute("PRAGMA synchronous=OFF")
     sqlite_writer = SqliteSaver(conn)
     ids: list[str] = []
-    for args in raw_checkpoints(TextSource(seed=4), count, thread_id="history"):
-        writer.put(*args)
-        sqlite_writer.put(*args)
+    seconds: dict[str, list[float]] = {VERIFIED_FILES: [], SQLITE: []}
+    for step, args in enumerate(raw_checkpoints(TextSource(seed=4), count, thread_id="history")):
+        for name, saver in rotated(((VERIFIED_FILES, writer), (SQLITE, sqlite_writer)), step):
+            taken, _ = timed(saver.put, *args)
+            seconds[name].append(taken)
         ids.append(args[1]["id"])
     conn.close()
     os.sync()  # nothing left for a measured saver's fsync to flush
-    return ids
+    half = {name: values[count // 2 :] for name, values in seconds.items()}
+    puts = {
+        "from": count // 2,
+        **{name: 1000 * statistics.mean(values) for name, values in half.items()},
+        "ratio": sum(half[VERIFIED_FILES]) / sum(half[SQLITE]),
+    }
+    return ids, puts
 
 
 _OPEN_IN_A_NEW_PROCESS = """
@@ -273,7 +285,7 @@ def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
     db = workdir / "sqlite.db"
     count = settings.history_checkpoints
     started = time.perf_counter()
-    ids = build_history(store, db, count)
+    ids, puts = build_history(store, db, count)
     build_seconds = time.perf_counter() - started
     # before any reader opens the store (and leaves its own hint)
     first_open = first_open_after_writer(
@@ -320,6 +332,7 @@ def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {
         "checkpoints": count,
         "build_seconds": build_seconds,
+        "put_mean_ms": puts,
         "store_bytes": tree_bytes(store)["apparent"],
         "list_limit": LIST_LIMIT,
     }

@@ -201,6 +201,17 @@ def history_tables(results: dict[str, Any]) -> list[str]:
                 x(first[VERIFIED_FILES] / first[SQLITE]),
             )
         )
+    puts = history.get("put_mean_ms")
+    if puts:
+        lines.append(
+            row(
+                f"writing the thread: put, mean over checkpoints {puts['from']:,} to "
+                f"{history['checkpoints']:,} (no syncs either side; savers taking turns)",
+                ms(puts[VERIFIED_FILES]),
+                f"{SQLITE} {ms(puts[SQLITE])}",
+                x(puts["ratio"]),
+            )
+        )
     memory = history.get("memory")
     if memory:
         gain = memory["gain_mb"]

@@ -564,9 +564,33 @@ def test_a_directory_written_to_a_hint_carries_its_unchanged_blocks_into_the_nex
         again = HintedDirectory(str(hint), identity, lazy_index(hint), unexpected_rescan)
         assert dict(again.items()) == dict(whole.items())
         blocks = len(lazy_index(hint).blocks)
-    # changed any other way, the directory no longer knows which blocks hold: whole again
-    whole.pop(keys[0], None)
-    assert whole.hint_parts() is None and whole.last_hint is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d.pop("threads/t/a"),
+        lambda d: d.popitem(),
+        lambda d: d.setdefault("threads/t/c", (3, 1)),
+        lambda d: d.update({"threads/t/a": (9, 9)}),
+        lambda d: d.clear(),
+    ],
+    ids=["pop", "popitem", "setdefault", "update", "clear"],
+)
+def test_a_directory_changed_through_dicts_own_methods_encodes_its_next_hint_whole(
+    tmp_path, change
+):
+    """Nothing in the package changes a directory but through its own methods, which note
+    the blocks they touch; changed any other way, it forgets its last hint rather than
+    carry a block that no longer holds."""
+    whole = KeyDirectory()
+    whole["threads/t/a"], whole["threads/t/b"] = (0, 1), (1, 1)
+    hint = tmp_path / HINT_NAME
+    hint.write_bytes(encode_hint(TAIL, 10**9, [(k, *where) for k, where in whole.items()]))
+    whole.hinted(str(hint), (hint.stat().st_ino, hint.stat().st_size), lazy_index(hint))
+    assert whole.hint_parts() is not None
+    change(whole)
+    assert whole.last_hint is None and whole.hint_parts() is None
 
 
 def test_a_writer_of_a_long_thread_encodes_only_what_changed_since_its_last_hint(

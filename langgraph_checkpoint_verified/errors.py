@@ -21,6 +21,8 @@ class RecordDamagedError(VerifiedSaverError):
     Attributes:
         reason: Which check failed, e.g. ``"record checksum mismatch"``.
         location: Where the record lives (a file path or a memory key), when known.
+        identity: What the record says it is, when its header verified before another
+            check failed (``Codec.read_header`` would find it again), else ``None``.
 
     Example:
         >>> from langgraph_checkpoint_verified.records.format import Codec, RecordKind
@@ -32,9 +34,16 @@ class RecordDamagedError(VerifiedSaverError):
         record checksum mismatch
     """
 
-    def __init__(self, reason: str, *, location: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        location: str | None = None,
+        identity: dict[str, str] | None = None,
+    ) -> None:
         self.reason = reason
         self.location = location
+        self.identity = identity
         where = f" at {location}" if location else ""
         super().__init__(f"damaged record{where}: {reason}")
 

@@ -1,7 +1,9 @@
 """Reading a store's quarantine the way a person would: each copy with the reason for it.
 
 A record moved aside on its own has ``<base>.record`` and ``<base>.reason``; several
-moved together have ``<base>-<n>.record`` each and one ``<base>.reasons`` naming them.
+moved together have one ``<base>.reasons`` naming, for each, where its bytes went:
+``<base>.records`` (those of a thread's log, back to back, at the offset and length
+its reason gives) or ``<base>-<n>.record`` (a store that renames records).
 """
 
 from __future__ import annotations
@@ -39,8 +41,16 @@ def quarantine_contents(
         else:
             continue
         for copy, reason in copies:
-            found[reason["original_key"]] = (files[copy], reason)
+            data = files[copy]
+            if copy.endswith(".records"):
+                data = data[reason["offset"] : reason["offset"] + reason["length"]]
+            else:
+                assert "offset" not in reason or (reason["offset"], reason["length"]) == (
+                    0,
+                    len(data),
+                )
+            found[reason["original_key"]] = (data, reason)
             explained.add(copy)
-    copies = {name for name in files if name.endswith(".record")}
+    copies = {name for name in files if name.endswith((".record", ".records"))}
     assert copies == explained, f"every quarantined record has a reason: {sorted(files)}"
     return found

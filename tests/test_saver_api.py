@@ -3,13 +3,13 @@ and what a crashed write leaves behind."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import (
@@ -284,16 +284,16 @@ def test_quarantine_never_moves_a_record_written_after_the_read_that_judged(tmp_
     real_move = saver.storage.move_aside_unchanged
     asked = []
 
-    def racing_move(moves):
+    def racing_move(moves, aside):
         saver.storage.write(key, _writes_record(saver, ("t", checkpoint_id), "R2"))
         asked.extend(moves)
-        return real_move(moves)
+        return real_move(moves, aside)
 
     saver.storage.move_aside_unchanged = racing_move
     saver.get_tuple(config)
     saver.storage.move_aside_unchanged = real_move
 
-    assert [(k, data) for k, _, data in asked] == [(key, b"damaged bytes")]
+    assert asked == [(key, b"damaged bytes")]
     assert saver.stats.damaged_records == 1 and saver.stats.quarantined_records == 0
     assert saver.storage.list("quarantine") == []
     assert [w[2] for w in saver.get_tuple(config).pending_writes] == ["R2"]
@@ -302,8 +302,8 @@ def test_quarantine_never_moves_a_record_written_after_the_read_that_judged(tmp_
 def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp_path, monkeypatch):
     """The newest eight checkpoints of a log are damaged beyond its parity. The read that
     falls back past them moves all eight aside with one write to the log (their deletions,
-    one entry after another) and one to its parity, makes nine files in the quarantine (a
-    copy of each, and one file of the reasons for them all), reads no quarantined copy
+    one entry after another) and one to its parity, makes two files in the quarantine
+    (their copies back to back, and the reasons for them all), reads no quarantined copy
     back, then reports each, newest first, with where it went."""
     from logtools import lose_parity, view_log
 
@@ -354,12 +354,20 @@ def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp
     assert all(d.quarantined_to for d in seen) and reader.stats.quarantined_records == 8
     assert len(pwrites) == 2, pwrites
     assert quarantine_reads == []
-    assert len(quarantine_files_made) == 9, quarantine_files_made
-    # each copy holds the damaged bytes exactly; the one reasons file names each copy
-    assert all(Path(d.quarantined_to).read_bytes() == originals[d.key] for d in seen)
+    assert len(quarantine_files_made) == 2, quarantine_files_made
     names = sorted(reader.storage.list("quarantine"))
     (reasons_name,) = [name for name in names if name.endswith(".reasons")]
-    assert names == sorted([reasons_name, *(os.path.basename(d.quarantined_to) for d in seen)])
+    copies_name = reasons_name.replace(".reasons", ".records")
+    assert names == sorted([reasons_name, copies_name])
+    assert reader.reporter.quarantined_count() == 8
+    # the copies are the damaged bytes exactly, back to back, newest first; each
+    # quarantined_to says where its copy starts, and the reasons say where and how long
+    copies = (root / "quarantine" / copies_name).read_bytes()
+    starts = list(itertools.accumulate((len(originals[d.key]) for d in seen), initial=0))
+    assert copies == b"".join(originals[d.key] for d in seen)
+    assert [d.quarantined_to for d in seen] == [
+        f"{root / 'quarantine' / copies_name}@{start}" for start in starts[:-1]
+    ]
     reasons = json.loads(
         reader.codec.decode(
             reader.storage.read(f"quarantine/{reasons_name}"),
@@ -367,20 +375,22 @@ def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp
             {"quarantine_move": reasons_name[: -len(".reasons")]},
         )
     )
-    assert {(r["original_key"], r["record"]) for r in reasons} == {
-        (d.key, os.path.basename(d.quarantined_to)) for d in seen
-    }
+    assert [(r["original_key"], r["record"], r["offset"], r["length"]) for r in reasons] == [
+        (d.key, copies_name, start, len(originals[d.key]))
+        for d, start in zip(seen, starts, strict=False)
+    ]
     assert all(r["kind"] == "checkpoint" and "checksum" in r["reason"] for r in reasons)
     # a later read tells each of them moved aside from never written
     assert reader.reporter.quarantined_under("threads/t/").keys() == set(originals)
     newest = reader.reporter.quarantined_reason(seen[0].key)
-    assert newest["record"] == os.path.basename(seen[0].quarantined_to)
+    assert (newest["record"], newest["offset"]) == (copies_name, 0)
     # reasons that do not verify explain nothing, and cost the reader nothing else
     reasons_path = root / "quarantine" / reasons_name
     damaged_reasons = bytearray(reasons_path.read_bytes())
     damaged_reasons[-1] ^= 1
     reasons_path.write_bytes(bytes(damaged_reasons))
     assert reader.reporter.quarantined_under("threads/t/") == {}
+    assert reader.reporter.quarantined_count() == 1  # a file of copies no reason counts
     assert VerifiedSaver(root).get_tuple(generate_config("t")).config == configs[-9]
     assert VerifiedSaver(root).get_tuple(generate_config("t")).config == configs[-9]
 
@@ -412,7 +422,7 @@ def test_a_store_that_renames_one_at_a_time_never_puts_back_over_a_newer_record(
 
     storage.move_aside = racing_move
     assert move_aside_one_by_one(storage, [(key, "quarantine/q.record", b"damaged bytes")]) == [
-        False
+        None
     ]
     storage.move_aside = real_move
 

@@ -212,11 +212,10 @@ def quarantined_count(saver: VerifiedSaver) -> int:
         saver: The opened store.
 
     Returns:
-        The number of ``.record`` files under ``quarantine/``.
+        The records under ``quarantine/``: one per ``.record`` file, and those each
+        ``.records`` file holds (several moved aside together).
     """
-    from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
-
-    return sum(1 for key in saver.storage.walk(QUARANTINE_PREFIX) if key.endswith(".record"))
+    return saver.reporter.quarantined_count()
 
 
 # -- what the other arguments name -----------------------------------------------

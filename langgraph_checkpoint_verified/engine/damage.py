@@ -16,6 +16,7 @@ import logging
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -27,6 +28,7 @@ from langgraph_checkpoint_verified.records.format import Codec, RecordKind
 from langgraph_checkpoint_verified.storage.base import (
     CANNOT_WRITE_ERRNOS,
     QUARANTINE_PREFIX,
+    MovedAside,
     Storage,
 )
 
@@ -43,7 +45,10 @@ class Damage:
         reason: Which check failed.
         kind: ``"checkpoint"``, ``"writes"``, ``"tool_result"``... when known.
         identity: What the record says it is, when its header still verifies.
-        quarantined_to: Where it was moved, if it was quarantined.
+        quarantined_to: Where it was moved, if it was quarantined: its own file, or
+            ``<file>@<offset>`` when several records of one thread's log were moved
+            aside together into one file (each reason in ``<base>.reasons`` gives
+            the offset and length of its record's bytes).
         healed: The damaged bytes were rebuilt from the log's parity and what was
             read is intact: nothing fell back, nothing was moved.
     """
@@ -204,8 +209,8 @@ class DamageReporter:
 
     def _found(self, key: str, error: RecordDamagedError, data: bytes | None) -> Damage:
         """The ``Damage`` of the record at ``key``, counted."""
-        identity = None
-        if data is not None:
+        identity = error.identity  # a header that verified before the check that failed
+        if identity is None and data is not None:
             try:
                 identity = self.codec.read_header(data).identity
             except RecordDamagedError:
@@ -375,6 +380,17 @@ class DamageReporter:
             if original_key.startswith(prefix)
         }
 
+    def quarantined_count(self) -> int:
+        """How many records the quarantine holds: one per ``.record`` file, and those
+        of each ``.records`` file that its reasons name (one, if none can be read)."""
+        names = self.storage.list(QUARANTINE_PREFIX)
+        count = sum(1 for name in names if name.endswith(".record"))
+        together = [name for name in names if name.endswith(".records")]
+        if together:
+            named = Counter(reason.get("record") for _, reason in self._quarantine_reasons())
+            count += sum(max(1, named[name]) for name in together)
+        return count
+
     def _quarantine_reasons(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every reason the quarantine holds, with the key of the record it explains:
         a ``.reason`` file's one, each of a ``.reasons`` file's. A reason file that
@@ -422,11 +438,12 @@ class DamageReporter:
         error that kept it from being moved, if any.
 
         One record goes to ``<base>.record``, its reason to ``<base>.reason``.
-        Several found together (a read falling back past them) go to
-        ``<base>-1.record``, ``<base>-2.record``, ... and their reasons to one
-        ``<base>.reasons``: a file made is what moving a record aside costs most
-        (tens of microseconds on a local disk, a round trip on a network one), and
-        this makes one per record, not two.
+        Several found together (a read falling back past them) go, as the store
+        moves them (``Storage.move_aside_unchanged``), to ``<base>.records`` back to
+        back (those of a thread's log) or to ``<base>-<n>.record`` each, and their
+        reasons to one ``<base>.reasons``: a file made is what moving a record aside
+        costs most (tens of microseconds on a local disk, a round trip on a network
+        one).
 
         Not durable, as the moves: a machine crash that undoes one leaves the damage
         where the next read finds it again; one that loses only a reason leaves the
@@ -434,16 +451,9 @@ class DamageReporter:
         absent, not damaged.
         """
         base = _new_quarantine_base()
-        if len(found) == 1:
-            names = [f"{base}.record"]
-        else:
-            names = [f"{base}-{number}.record" for number in range(1, len(found) + 1)]
         try:
             moved = self.storage.move_aside_unchanged(
-                [
-                    (damage.key, name, data)
-                    for (damage, data), name in zip(found, names, strict=True)
-                ]
+                [(damage.key, data) for damage, data in found], base
             )
         except OSError as exc:
             if exc.errno in CANNOT_WRITE_ERRNOS:
@@ -456,27 +466,38 @@ class DamageReporter:
             outcome = f" (could not move it aside: {exc.strerror or exc}; left in place)"
             return [(damage, outcome, None) for damage, _ in found]
         results: list[tuple[Damage, str, OSError | None]] = []
-        went_aside: list[tuple[Damage, str]] = []
-        for (damage, _), name, went in zip(found, names, moved, strict=True):
-            if not went:
+        went_aside: list[tuple[Damage, MovedAside]] = []
+        locations: dict[str, str] = {}  # of the files the copies went to
+        for (damage, _), went in zip(found, moved, strict=True):
+            if went is None:
                 # someone else moved it first, or wrote a newer record there since
                 results.append((damage, "", None))
                 continue
-            damage = replace(damage, quarantined_to=self.storage.location(name))
-            went_aside.append((damage, name))
+            if went.key not in locations:
+                locations[went.key] = self.storage.location(went.key)
+            where = locations[went.key]
+            if went.key.endswith(".records"):
+                where = f"{where}@{went.offset}"
+            damage = replace(damage, quarantined_to=where)
+            went_aside.append((damage, went))
             results.append((damage, f" (quarantined to {damage.quarantined_to})", None))
         if not went_aside:
             return results
         with self._lock:
             self.stats.quarantined_records += len(went_aside)
         try:
-            if len(names) == 1:
+            if len(found) == 1:
                 self._write_reason(base, went_aside[0][0], durable=False)
             else:
                 stem = base.rsplit("/", 1)[-1]
                 reasons = [
-                    {**self._reason(damage), "record": name.rsplit("/", 1)[-1]}
-                    for damage, name in went_aside
+                    {
+                        **self._reason(damage),
+                        "record": went.key.rsplit("/", 1)[-1],
+                        "offset": went.offset,
+                        "length": went.length,
+                    }
+                    for damage, went in went_aside
                 ]
                 self.storage.write(
                     f"{base}.reasons",

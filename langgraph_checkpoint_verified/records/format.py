@@ -360,13 +360,17 @@ class Codec:
     ) -> tuple[Header, memoryview, int]:
         header, (payload, content_size) = self._parse(data, check_record_digest=True)
         if header.kind is not kind:
-            raise RecordDamagedError(f"record kind is {header.kind.name}, expected {kind.name}")
+            raise RecordDamagedError(
+                f"record kind is {header.kind.name}, expected {kind.name}",
+                identity=header.identity,
+            )
         if expected_identity is not None:
             for field, expected in expected_identity.items():
                 found = header.identity.get(field)
                 if found != expected:
                     raise RecordDamagedError(
-                        f"identity mismatch on {field}: expected {expected!r}, found {found!r}"
+                        f"identity mismatch on {field}: expected {expected!r}, found {found!r}",
+                        identity=header.identity,
                     )
         return header, payload, content_size
 
@@ -433,7 +437,7 @@ class Codec:
         if check_record_digest and not hmac.compare_digest(
             self._record_digest(view[:body_end]), view[body_end:]
         ):
-            raise RecordDamagedError("record checksum mismatch")
+            raise RecordDamagedError("record checksum mismatch", identity=identity)
         return header, (view[payload_start:body_end], content_size)
 
 

@@ -14,7 +14,7 @@ import builtins
 import errno
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 QUARANTINE_PREFIX = "quarantine"
 LOCK_NAME = ".lock"
@@ -79,14 +79,19 @@ class Storage(Protocol):
         """
         ...
 
-    def move_aside_unchanged(self, moves: Sequence[tuple[str, str, bytes]]) -> builtins.list[bool]:
-        """``move_aside(key, new_key)`` for each ``(key, new_key, expected)`` whose record
-        still holds exactly ``expected`` (what a reader found damaged there): a record
-        written at ``key`` since stays. Whether each was moved, in order.
+    def move_aside_unchanged(
+        self, moves: Sequence[tuple[str, bytes]], aside: str
+    ) -> builtins.list[MovedAside | None]:
+        """Move aside each record ``(key, expected)`` that still holds exactly ``expected``
+        (what a reader found damaged there): a record written at ``key`` since stays.
+        For each, in order, where its bytes went, or ``None`` if it was not moved.
 
-        For the quarantine, which gives each a ``new_key`` nothing has. Atomic per
-        record and not durable, as ``move_aside``; the records of one thread move in
-        one step where the store can (``FileStorage``: one append to the log).
+        For the quarantine: ``aside`` is a name nothing has, and the records go to
+        names made from it (``aside_names``). A store that renames records gives
+        each its own; ``FileStorage`` copies those of one thread's log into one
+        file, back to back, and deletes them from the log with one append (a file
+        made is what a move costs most). Atomic per record and not durable, as
+        ``move_aside``.
         """
         ...
 
@@ -156,24 +161,44 @@ class Storage(Protocol):
         ...
 
 
+class MovedAside(NamedTuple):
+    """Where the bytes of a record moved aside are: ``length`` bytes from ``offset`` of
+    the record ``key`` (all of it, for a record renamed)."""
+
+    key: str
+    offset: int
+    length: int
+
+
+def aside_names(aside: str, count: int) -> tuple[builtins.list[str], str]:
+    """The names ``Storage.move_aside_unchanged`` gives what it moves under ``aside``:
+    the n-th of ``count`` records renamed one by one goes to ``<aside>-<n>.record``
+    (``<aside>.record`` when it is the only one); the records of one log copied out
+    together go to ``<aside>.records``, the second name returned."""
+    if count == 1:
+        return [f"{aside}.record"], f"{aside}.records"
+    return [f"{aside}-{number}.record" for number in range(1, count + 1)], f"{aside}.records"
+
+
 def move_aside_one_by_one(
     storage: Storage, moves: Sequence[tuple[str, str, bytes]]
-) -> builtins.list[bool]:
-    """``Storage.move_aside_unchanged`` for a store that renames one record at a time:
-    each is renamed, then read where it went. A record replaced between the read that
-    judged it and the rename is put back, unless a still newer one is there by then
-    (which must not be overwritten, and is newer than the one moved anyway)."""
-    moved = []
+) -> builtins.list[MovedAside | None]:
+    """``Storage.move_aside_unchanged`` for a store that renames one record at a time,
+    each ``(key, new_key, expected)`` to its ``new_key``: renamed, then read where it
+    went. A record replaced between the read that judged it and the rename is put
+    back, unless a still newer one is there by then (which must not be overwritten,
+    and is newer than the one moved anyway)."""
+    moved: builtins.list[MovedAside | None] = []
     for key, new_key, expected in moves:
         if not storage.move_aside(key, new_key):
-            moved.append(False)  # someone else moved it first
+            moved.append(None)  # someone else moved it first
             continue
         found = storage.read(new_key)
         if found is not None and found != expected:
             storage.move_aside(new_key, key, replace=False)
-            moved.append(False)
+            moved.append(None)
             continue
-        moved.append(True)
+        moved.append(MovedAside(new_key, 0, len(expected if found is None else found)))
     return moved
 
 
@@ -184,8 +209,14 @@ class OneRecordPerWrite:
     def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
         raise NotImplementedError
 
-    def move_aside_unchanged(self, moves: Sequence[tuple[str, str, bytes]]) -> builtins.list[bool]:
-        return move_aside_one_by_one(self, moves)  # type: ignore[arg-type]
+    def move_aside_unchanged(
+        self, moves: Sequence[tuple[str, bytes]], aside: str
+    ) -> builtins.list[MovedAside | None]:
+        names, _ = aside_names(aside, len(moves))
+        return move_aside_one_by_one(
+            self,  # type: ignore[arg-type]
+            [(key, name, expected) for (key, expected), name in zip(moves, names, strict=True)],
+        )
 
     def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         raise NotImplementedError

@@ -8,7 +8,7 @@ from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from langgraph_checkpoint_verified.storage.base import OneRecordPerWrite
+from langgraph_checkpoint_verified.storage.base import MovedAside, OneRecordPerWrite, aside_names
 
 
 class _IndexedRecords(dict[str, Any]):
@@ -223,14 +223,18 @@ class MemoryStorage(OneRecordPerWrite):
             self._records[new_key] = self._records.pop(key)
             return True
 
-    def move_aside_unchanged(self, moves: Sequence[tuple[str, str, bytes]]) -> builtins.list[bool]:
+    def move_aside_unchanged(
+        self, moves: Sequence[tuple[str, bytes]], aside: str
+    ) -> builtins.list[MovedAside | None]:
+        names, _ = aside_names(aside, len(moves))
         with self._lock:
-            moved = []
-            for key, new_key, expected in moves:
-                unchanged = self._records.get(key) == expected
-                if unchanged:
-                    self._records[new_key] = self._records.pop(key)
-                moved.append(unchanged)
+            moved: builtins.list[MovedAside | None] = []
+            for (key, expected), new_key in zip(moves, names, strict=True):
+                if self._records.get(key) != expected:
+                    moved.append(None)
+                    continue
+                self._records[new_key] = self._records.pop(key)
+                moved.append(MovedAside(new_key, 0, len(expected)))
             return moved
 
     def location(self, key: str) -> str:

@@ -64,6 +64,8 @@ from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.storage.base import (
     FILE_MODE,
     LOCK_NAME,
+    MovedAside,
+    aside_names,
     move_aside_one_by_one,
 )
 from langgraph_checkpoint_verified.storage.files import (
@@ -410,7 +412,8 @@ class FileStorage:
         if source_thread is None and target_thread is None:
             return self.files.move_aside(key, new_key, replace=replace)
         if source_thread is not None and target_thread is None:
-            return self._move_out_of_log(source_thread, [(key, new_key, None)], replace=replace)[0]
+            moved = self._move_out_of_log(source_thread, [(key, None)], new_key, replace=replace)
+            return moved[0] is not None
         if source_thread is None:
             # back from the quarantine into a thread (never over a newer record)
             data = self.files.read(key)
@@ -420,45 +423,60 @@ class FileStorage:
             return True
         raise ValueError(f"cannot move {key} to {new_key}: records move out of threads only")
 
-    def move_aside_unchanged(self, moves: Sequence[tuple[str, str, bytes]]) -> builtins.list[bool]:
-        """Those of one thread's log (to plain files) under one lock, each copied out and
-        compared with what it must still hold, then gone from the log in one append."""
+    def move_aside_unchanged(
+        self, moves: Sequence[tuple[str, bytes]], aside: str
+    ) -> builtins.list[MovedAside | None]:
+        """Those of one thread's log copied, under one lock, into one file, each compared
+        first with what it must still hold, then gone from the log in one append."""
+        names, together = aside_names(aside, len(moves))
         by_thread: dict[str, list[int]] = {}
         one_by_one: list[int] = []
-        for i, (key, new_key, _) in enumerate(moves):
+        for i, (key, _) in enumerate(moves):
             thread_key = thread_dir_key(key)
-            if thread_key is None or thread_key == key or thread_dir_key(new_key):
+            if thread_key is None or thread_key == key:
                 one_by_one.append(i)
             else:
                 by_thread.setdefault(thread_key, []).append(i)
-        moved = [False] * len(moves)
+        moved: list[MovedAside | None] = [None] * len(moves)
         for thread_key, indices in by_thread.items():
+            # one record alone keeps its own name; several logs, the number of their first
+            if len(moves) == 1:
+                new_key = names[0]
+            elif len(by_thread) == 1 and not one_by_one:
+                new_key = together
+            else:
+                new_key = f"{together[: -len('.records')]}-{indices[0] + 1}.records"
             with _refusal_as_os_error():
-                done = self._move_out_of_log(thread_key, [moves[i] for i in indices])
-            for i, ok in zip(indices, done, strict=True):
-                moved[i] = ok
-        elsewhere = move_aside_one_by_one(self, [moves[i] for i in one_by_one])
-        for i, ok in zip(one_by_one, elsewhere, strict=True):
-            moved[i] = ok
+                done = self._move_out_of_log(thread_key, [moves[i] for i in indices], new_key)
+            for i, went in zip(indices, done, strict=True):
+                moved[i] = went
+        elsewhere = move_aside_one_by_one(
+            self, [(moves[i][0], names[i], moves[i][1]) for i in one_by_one]
+        )
+        for i, went in zip(one_by_one, elsewhere, strict=True):
+            moved[i] = went
         return moved
 
     def _move_out_of_log(
         self,
         thread_key: str,
-        moves: Sequence[tuple[str, str, bytes | None]],
+        moves: Sequence[tuple[str, bytes | None]],
+        new_key: str,
         *,
         replace: bool = True,
-    ) -> builtins.list[bool]:
-        """Move records of one thread's log to plain files, under one lock, and delete
-        them from the log with one append: each whatever it holds (``expected`` is
-        ``None``), or only if it holds ``expected``. Whether each was moved."""
+    ) -> builtins.list[MovedAside | None]:
+        """Copy records of one thread's log into the plain file ``new_key``, back to back,
+        under one lock, and delete them from the log with one append: each whatever it
+        holds (``expected`` is ``None``), or only if it holds ``expected``. Where each
+        went, or ``None``."""
         log = self._log(thread_key)
-        moved: list[bool] = []
+        moved: list[MovedAside | None] = []
         with log.writing, log.lock:
             self.reader.refresh(log)
             gone: list[str] = []
-            record_files: list[str] = []
-            for key, new_key, expected in moves:
+            copies: list[bytes] = []
+            offset = 0
+            for key, expected in moves:
                 # the bytes as stored, as a rename moves them; what the reader judged may
                 # have had blocks rebuilt from the parity, so compare a read like its
                 data = self.reader.read_known(log, key, heal=False)
@@ -467,18 +485,20 @@ class FileStorage:
                     and data != expected
                     and self.reader.read_known(log, key) != expected
                 ):
-                    moved.append(False)
+                    moved.append(None)
                     continue
-                if not self.files.write(new_key, data, replace=replace, durable=False):
-                    moved.append(False)
-                    continue
-                where = log.index.get(key)
-                if isinstance(where, str):
-                    record_files.append(where)
+                moved.append(MovedAside(new_key, offset, len(data)))
+                copies.append(data)
+                offset += len(data)
                 gone.append(key)
-                moved.append(True)
-            if gone:
-                self.appender.append(log, [(DELETE, key, b"") for key in gone], durable=False)
+            if not gone:
+                return moved
+            if not self.files.write(new_key, b"".join(copies), replace=replace, durable=False):
+                return [None] * len(moves)
+            record_files = [
+                where for where in (log.index.get(key) for key in gone) if isinstance(where, str)
+            ]
+            self.appender.append(log, [(DELETE, key, b"") for key in gone], durable=False)
             for path in record_files:
                 remove_quietly(path)
         return moved

@@ -395,6 +395,60 @@ def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp
     assert VerifiedSaver(root).get_tuple(generate_config("t")).config == configs[-9]
 
 
+def test_a_full_disk_while_moving_records_aside_leaves_them_in_place_and_nothing_aside(
+    tmp_path, monkeypatch
+):
+    """The eight newest checkpoints are damaged beyond the log's parity, and the disk
+    fills as the read that falls back past them appends their deletions to the log:
+    the read still returns the newest checkpoint that verifies, each damage is
+    reported as not moved, and the file their copies went to is gone again (no copy
+    aside of a record still in place). Once the disk is back, the next read moves
+    all eight."""
+    import errno
+
+    from logtools import lose_parity, view_log
+
+    from langgraph_checkpoint_verified.records.keys import checkpoint_key
+
+    root = tmp_path / "s"
+    configs = put_chain(VerifiedSaver(root), "t", 12)
+    damaged_ids = [c["configurable"]["checkpoint_id"] for c in configs[-8:]][::-1]
+    log = root / "threads" / "t" / "log"
+    lose_parity(log)
+    data = bytearray(log.read_bytes())
+    view = view_log(bytes(data), "threads/t")
+    for checkpoint_id in damaged_ids:
+        entry = view.entry(checkpoint_key("t", "", checkpoint_id))
+        data[entry.data_offset + entry.data_size // 2] ^= 0xFF
+    log.write_bytes(bytes(data))
+
+    seen = []
+    reader = VerifiedSaver(root, on_corruption=seen.append)
+    real_pwrite = os.pwrite
+
+    def full_disk(fd, data, offset):
+        if os.readlink(f"/proc/self/fd/{fd}") == str(log):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", full_disk)
+    found = reader.get_tuple(generate_config("t"))
+    monkeypatch.undo()
+
+    assert found.config == configs[-9]
+    assert [d.key for d in seen] == [checkpoint_key("t", "", c) for c in damaged_ids]
+    assert all(d.quarantined_to is None for d in seen)
+    assert reader.stats.quarantined_records == 0
+    assert reader.storage.list("quarantine") == []
+
+    seen.clear()
+    again = VerifiedSaver(root, on_corruption=seen.append)
+    assert again.get_tuple(generate_config("t")).config == configs[-9]
+    assert len(seen) == 8 and all(d.quarantined_to for d in seen)
+    assert again.reporter.quarantined_count() == 8
+    assert VerifiedSaver(root).get_tuple(generate_config("t")).config == configs[-9]
+
+
 def test_a_store_that_renames_one_at_a_time_never_puts_back_over_a_newer_record(tmp_path):
     """Where the store can only rename (one file per record, S3), the record is renamed,
     then read where it went: a writer that replaced it in between gets it back, unless a

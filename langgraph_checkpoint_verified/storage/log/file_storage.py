@@ -498,7 +498,13 @@ class FileStorage:
             record_files = [
                 where for where in (log.index.get(key) for key in gone) if isinstance(where, str)
             ]
-            self.appender.append(log, [(DELETE, key, b"") for key in gone], durable=False)
+            try:
+                self.appender.append(log, [(DELETE, key, b"") for key in gone], durable=False)
+            except BaseException:
+                # the records stay in the log: no copy of them may stand aside as if moved
+                with suppress(OSError):
+                    self.files.delete(new_key)
+                raise
             for path in record_files:
                 remove_quietly(path)
         return moved

@@ -299,18 +299,14 @@ def test_quarantine_never_moves_a_record_written_after_the_read_that_judged(tmp_
     assert [w[2] for w in saver.get_tuple(config).pending_writes] == ["R2"]
 
 
-def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp_path, monkeypatch):
-    """The newest eight checkpoints of a log are damaged beyond its parity. The read that
-    falls back past them moves all eight aside with one write to the log (their deletions,
-    one entry after another) and one to its parity, makes two files in the quarantine
-    (their copies back to back, and the reasons for them all), reads no quarantined copy
-    back, then reports each, newest first, with where it went."""
+def _newest_eight_damaged_beyond_parity(root):
+    """Twelve checkpoints of thread ``t`` in a store at ``root``, the newest eight with a
+    byte flipped in the middle of each and the log's parity lost: no read can rebuild
+    them. Their configs, and the ids of the damaged ones, newest first."""
     from logtools import lose_parity, view_log
 
-    from langgraph_checkpoint_verified.records.format import RecordKind
     from langgraph_checkpoint_verified.records.keys import checkpoint_key
 
-    root = tmp_path / "s"
     configs = put_chain(VerifiedSaver(root), "t", 12)
     damaged_ids = [c["configurable"]["checkpoint_id"] for c in configs[-8:]][::-1]
     log = root / "threads" / "t" / "log"
@@ -321,7 +317,24 @@ def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp
         entry = view.entry(checkpoint_key("t", "", checkpoint_id))
         data[entry.data_offset + entry.data_size // 2] ^= 0xFF
     log.write_bytes(bytes(data))
-    damaged_view = view_log(bytes(data), "threads/t")
+    return configs, damaged_ids
+
+
+def test_a_read_past_many_damaged_checkpoints_moves_them_aside_in_one_append(tmp_path, monkeypatch):
+    """The newest eight checkpoints of a log are damaged beyond its parity. The read that
+    falls back past them moves all eight aside with one write to the log (their deletions,
+    one entry after another) and one to its parity, makes two files in the quarantine
+    (their copies back to back, and the reasons for them all), reads no quarantined copy
+    back, then reports each, newest first, with where it went."""
+    from logtools import view_log
+
+    from langgraph_checkpoint_verified.records.format import RecordKind
+    from langgraph_checkpoint_verified.records.keys import checkpoint_key
+
+    root = tmp_path / "s"
+    configs, damaged_ids = _newest_eight_damaged_beyond_parity(root)
+    log = root / "threads" / "t" / "log"
+    damaged_view = view_log(log.read_bytes(), "threads/t")
     originals = {
         checkpoint_key("t", "", c): damaged_view.read(checkpoint_key("t", "", c))
         for c in damaged_ids
@@ -406,21 +419,11 @@ def test_a_full_disk_while_moving_records_aside_leaves_them_in_place_and_nothing
     all eight."""
     import errno
 
-    from logtools import lose_parity, view_log
-
     from langgraph_checkpoint_verified.records.keys import checkpoint_key
 
     root = tmp_path / "s"
-    configs = put_chain(VerifiedSaver(root), "t", 12)
-    damaged_ids = [c["configurable"]["checkpoint_id"] for c in configs[-8:]][::-1]
+    configs, damaged_ids = _newest_eight_damaged_beyond_parity(root)
     log = root / "threads" / "t" / "log"
-    lose_parity(log)
-    data = bytearray(log.read_bytes())
-    view = view_log(bytes(data), "threads/t")
-    for checkpoint_id in damaged_ids:
-        entry = view.entry(checkpoint_key("t", "", checkpoint_id))
-        data[entry.data_offset + entry.data_size // 2] ^= 0xFF
-    log.write_bytes(bytes(data))
 
     seen = []
     reader = VerifiedSaver(root, on_corruption=seen.append)

@@ -186,6 +186,56 @@ def test_delete_tree_of_a_thread_removes_its_log_and_a_new_one_starts_empty(tmp_
     assert storage.read("threads/u/ns/a") == b"u"
 
 
+def test_records_moved_aside_together_go_one_file_per_log_and_only_if_unchanged(tmp_path):
+    """``move_aside_unchanged``: the records of each log go into one file of their own,
+    back to back (numbered by the first of them when there are several logs), a record
+    that is a file of its own is renamed, and a record that no longer holds what the
+    reader judged stays where it is, its bytes in no file."""
+    storage = FileStorage(tmp_path)
+    for key, data in [
+        (f"{T}/ns/a", b"A" * 10),
+        (f"{T}/ns/b", b"B" * 7),
+        (f"{T}/ns/c", b"C" * 5),
+        ("threads/u/ns/a", b"U" * 3),
+        ("cache/x.entry", b"X" * 4),
+    ]:
+        storage.write(key, data)
+    moves = [
+        (f"{T}/ns/a", b"A" * 10),
+        ("threads/u/ns/a", b"U" * 3),
+        (f"{T}/ns/b", b"rewritten since"),
+        ("cache/x.entry", b"X" * 4),
+        (f"{T}/ns/c", b"C" * 5),
+    ]
+    moved = storage.move_aside_unchanged(moves, "quarantine/m")
+    assert moved == [
+        ("quarantine/m-1.records", 0, 10),
+        ("quarantine/m-2.records", 0, 3),
+        None,
+        ("quarantine/m-4.record", 0, 4),
+        ("quarantine/m-1.records", 10, 5),
+    ]
+    assert storage.read("quarantine/m-1.records") == b"A" * 10 + b"C" * 5
+    assert storage.read("quarantine/m-2.records") == b"U" * 3
+    assert storage.read("quarantine/m-4.record") == b"X" * 4
+    assert sorted(storage.list("quarantine")) == ["m-1.records", "m-2.records", "m-4.record"]
+    fresh = FileStorage(tmp_path)
+    assert [fresh.read(key) for key, _ in moves] == [None, None, b"B" * 7, None, None]
+    # one thread's records alone share <aside>.records; one record keeps <aside>.record
+    storage.write(f"{T}/ns/d", b"D")
+    storage.write(f"{T}/ns/e", b"E")
+    assert storage.move_aside_unchanged(
+        [(f"{T}/ns/d", b"D"), (f"{T}/ns/e", b"E")], "quarantine/n"
+    ) == [
+        ("quarantine/n.records", 0, 1),
+        ("quarantine/n.records", 1, 1),
+    ]
+    assert storage.move_aside_unchanged([(f"{T}/ns/b", b"B" * 7)], "quarantine/o") == [
+        ("quarantine/o.record", 0, 7)
+    ]
+    assert storage.read("quarantine/o.record") == b"B" * 7
+
+
 def test_move_aside_takes_a_record_out_of_its_thread_and_back_never_over_a_newer(tmp_path):
     storage = FileStorage(tmp_path)
     storage.write(f"{T}/ns/a", b"damaged")

@@ -87,10 +87,11 @@ class Storage(Protocol):
         For each, in order, where its bytes went, or ``None`` if it was not moved.
 
         For the quarantine: ``aside`` is a name nothing has, and the records go to
-        names made from it (``aside_names``). A store that renames records gives
-        each its own; ``FileStorage`` copies those of one thread's log into one
-        file, back to back, and deletes them from the log with one append (a file
-        made is what a move costs most). Atomic per record and not durable, as
+        names made from it. A store that renames records gives each its own
+        (``aside_names``); ``FileStorage`` copies those of one thread's log into
+        one file, ``<aside>.records``, back to back, and deletes them from the log
+        with one append (a file made is what a move costs most; one record alone
+        still goes to ``<aside>.record``). Atomic per record and not durable, as
         ``move_aside``.
         """
         ...
@@ -170,14 +171,13 @@ class MovedAside(NamedTuple):
     length: int
 
 
-def aside_names(aside: str, count: int) -> tuple[builtins.list[str], str]:
-    """The names ``Storage.move_aside_unchanged`` gives what it moves under ``aside``:
-    the n-th of ``count`` records renamed one by one goes to ``<aside>-<n>.record``
-    (``<aside>.record`` when it is the only one); the records of one log copied out
-    together go to ``<aside>.records``, the second name returned."""
+def aside_names(aside: str, count: int) -> builtins.list[str]:
+    """The names ``Storage.move_aside_unchanged`` gives ``count`` records it moves aside
+    one by one: ``<aside>-<n>.record`` for the n-th (``<aside>.record`` when it is the
+    only one). Those of a log copied out together go to ``<aside>.records`` instead."""
     if count == 1:
-        return [f"{aside}.record"], f"{aside}.records"
-    return [f"{aside}-{number}.record" for number in range(1, count + 1)], f"{aside}.records"
+        return [f"{aside}.record"]
+    return [f"{aside}-{number}.record" for number in range(1, count + 1)]
 
 
 def move_aside_one_by_one(
@@ -212,7 +212,7 @@ class OneRecordPerWrite:
     def move_aside_unchanged(
         self, moves: Sequence[tuple[str, bytes]], aside: str
     ) -> builtins.list[MovedAside | None]:
-        names, _ = aside_names(aside, len(moves))
+        names = aside_names(aside, len(moves))
         return move_aside_one_by_one(
             self,  # type: ignore[arg-type]
             [(key, name, expected) for (key, expected), name in zip(moves, names, strict=True)],

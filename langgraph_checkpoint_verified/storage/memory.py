@@ -226,7 +226,7 @@ class MemoryStorage(OneRecordPerWrite):
     def move_aside_unchanged(
         self, moves: Sequence[tuple[str, bytes]], aside: str
     ) -> builtins.list[MovedAside | None]:
-        names, _ = aside_names(aside, len(moves))
+        names = aside_names(aside, len(moves))
         with self._lock:
             moved: builtins.list[MovedAside | None] = []
             for (key, expected), new_key in zip(moves, names, strict=True):

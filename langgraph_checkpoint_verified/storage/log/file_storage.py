@@ -428,7 +428,7 @@ class FileStorage:
     ) -> builtins.list[MovedAside | None]:
         """Those of one thread's log copied, under one lock, into one file, each compared
         first with what it must still hold, then gone from the log in one append."""
-        names, together = aside_names(aside, len(moves))
+        names = aside_names(aside, len(moves))
         by_thread: dict[str, list[int]] = {}
         one_by_one: list[int] = []
         for i, (key, _) in enumerate(moves):
@@ -439,13 +439,14 @@ class FileStorage:
                 by_thread.setdefault(thread_key, []).append(i)
         moved: list[MovedAside | None] = [None] * len(moves)
         for thread_key, indices in by_thread.items():
-            # one record alone keeps its own name; several logs, the number of their first
+            # one record alone keeps its own name; of several logs, each is numbered
+            # by the first of its records
             if len(moves) == 1:
                 new_key = names[0]
             elif len(by_thread) == 1 and not one_by_one:
-                new_key = together
+                new_key = f"{aside}.records"
             else:
-                new_key = f"{together[: -len('.records')]}-{indices[0] + 1}.records"
+                new_key = f"{aside}-{indices[0] + 1}.records"
             with _refusal_as_os_error():
                 done = self._move_out_of_log(thread_key, [moves[i] for i in indices], new_key)
             for i, went in zip(indices, done, strict=True):

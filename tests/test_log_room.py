@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 from logtools import view_log
 
-from langgraph_checkpoint_verified.storage.log.entries import HEADER_SIZE, PUT, encode_entry
+from langgraph_checkpoint_verified.storage.log.entries import (
+    CHECKSUM_SIZE,
+    HEADER_SIZE,
+    PUT,
+    encode_entry,
+)
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME, FileStorage
 from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE
 from langgraph_checkpoint_verified.storage.log.room import (
@@ -116,6 +121,33 @@ def test_a_writer_never_writes_over_another_writers_entry_whose_header_was_lost(
     assert [fresh.read(f"{T}/ns/{k}") for k in "abc"] == [b"a" * 500, b"b" * 500, b"c" * 500]
     # c went after b (whose header is rebuilt on every read, until a repair writes it back)
     assert view_log(log.read_bytes(), T).entry(f"{T}/ns/c").offset == entry_b.end
+
+
+@pytest.mark.parametrize("left", range(HEADER_SIZE + 1))
+def test_an_append_leaves_room_for_a_whole_entry_header_so_the_next_needs_no_stat(
+    tmp_path, monkeypatch, left
+):
+    """A writer that knows the log up to room sees that nobody appended by reading one
+    entry header there: zeros. Room shorter than a header could not show it, and every
+    call would look the log up again until the room was outgrown. So an append that
+    would leave less than a header of room grows the file as if it had not fit."""
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/first", b"x" * 100)
+    log = log_of(tmp_path)
+    room = log.stat().st_size - view_log(log.read_bytes(), T).end
+    key = f"{T}/ns/filling"
+    storage.write(key, b"f" * (room - left - (HEADER_SIZE + len(key) + CHECKSUM_SIZE)))
+    room = log.stat().st_size - view_log(log.read_bytes(), T).end
+    assert room == left if left == HEADER_SIZE else room >= MIN_ROOM
+    stats = []
+    real_stat = os.stat
+    monkeypatch.setattr(
+        os, "stat", lambda path, *a, **k: stats.append(path) or real_stat(path, *a, **k)
+    )
+    storage.write(f"{T}/ns/next", b"next")
+    monkeypatch.undo()
+    assert str(log) not in map(str, stats)
+    assert FileStorage(tmp_path).read(f"{T}/ns/next") == b"next"
 
 
 @pytest.mark.parametrize("first", [True, False], ids=["first append", "later append"])

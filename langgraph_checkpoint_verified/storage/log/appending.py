@@ -24,6 +24,7 @@ from langgraph_checkpoint_verified.storage.files import RecordFileStorage, write
 from langgraph_checkpoint_verified.storage.log.entries import (
     CHECKSUM_SIZE,
     DELETE,
+    HEADER_SIZE,
     PUT,
     encode_entry,
 )
@@ -111,9 +112,11 @@ class LogAppender:
             if log.rewrite:
                 self._write_back(log, fd)
             new_end = log.end + len(appended)
-            if new_end > size:
+            if new_end + HEADER_SIZE > size:
                 # outgrown: new room after the entries, written first (the entries are
-                # one write, whole or torn) and synced with them
+                # one write, whole or torn) and synced with them; room shorter than an
+                # entry header is outgrown too, since it could not show the next call
+                # that nobody appended (``LogReader.nothing_appended`` reads a header)
                 room = room_after(new_end)
                 write_all_at(fd, bytes(room), new_end)
                 size = new_end + room

@@ -115,8 +115,7 @@ class LogAppender:
             if new_end + HEADER_SIZE > size:
                 # outgrown: new room after the entries, written first (the entries are
                 # one write, whole or torn) and synced with them; room shorter than an
-                # entry header is outgrown too, since it could not show the next call
-                # that nobody appended (``LogReader.nothing_appended`` reads a header)
+                # entry header counts as outgrown (``storage.log.room`` says why)
                 room = room_after(new_end)
                 write_all_at(fd, bytes(room), new_end)
                 size = new_end + room

@@ -23,6 +23,11 @@ whole does (still zeros, or the right checksum's first bytes and zeros after
 them): the one write of an entry ends with its checksum, so that write never
 finished.
 
+Entries that would leave less room than an entry header outgrow the file as well:
+a writer that knows the log up to the room learns that nobody appended from the
+whole entry header of zeros it reads there (``LogReader.nothing_appended``), and a
+shorter room could not tell it, so every call would look the log up again.
+
 The room is at least ``MIN_ROOM`` and an eighth of the log, at most ``MAX_ROOM``
 (give or take the 4 KB boundary the file ends on): a thread costs about 20 KB more
 on disk, a long log an eighth more. A log written by a release before the room, or

@@ -22,33 +22,26 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.storage.log import thread_log
+from langgraph_checkpoint_verified.storage.log.redundancy import ParityFile
 
 THREAD = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
 
-class NoParity:
-    """A parity file that writes and rebuilds nothing."""
+class NoParity(ParityFile):
+    """A parity sidecar that protects and rebuilds nothing; everything else (making,
+    binding, closing it) is the real one's, so the savers differ in parity's work only."""
 
-    def __init__(self, path: str) -> None:
+    def protect(self, log_fd: int, log_ino: int, at: int, appended: bytes) -> None:
         pass
 
-    def close(self) -> None:
-        pass
-
-    def protect(self, *args: Any) -> None:
-        pass
-
-    def heal(self, *args: Any) -> dict[int, bytes]:
+    def heal(self, *args: Any, **kwargs: Any) -> dict[int, bytes]:
         return {}
-
-    def forget_after(self, *args: Any) -> None:
-        pass
 
 
 def open_saver(parity: bool) -> tuple[VerifiedSaver, dict]:
     real = thread_log.ParityFile
     if not parity:
-        thread_log.ParityFile = NoParity  # type: ignore[misc,assignment]
+        thread_log.ParityFile = NoParity  # type: ignore[misc]
     try:
         saver = VerifiedSaver(tempfile.mkdtemp(prefix="parity-cost-"))
         checkpoint = generate_checkpoint(channel_values={"x": 0}, channel_versions={"x": 1})

@@ -149,10 +149,11 @@ class DamageReporter:
         Never raises for a move that cannot be made: a store this process cannot
         write is read past all the same, and the damage stays where it is. Inside
         a ``moving_together`` block, the record is moved, logged and passed to
-        ``on_corruption`` as the block ends, with the others found in it.
+        ``on_corruption`` as the block ends, with the others found in it (found again
+        in the block, it is the same damage, counted and reported once).
         """
         pending = getattr(self._together, "pending", None)
-        if pending is None or data is None or not self.quarantine_enabled:
+        if pending is None or data is None:
             return self.report_damaged(key, error, data)[0]
         if key in pending:  # read again in the same block (a holder of values, say)
             return pending[key][0]
@@ -182,15 +183,15 @@ class DamageReporter:
                 moved = self._quarantine([(damages[i], data) for i, data in moves])
                 for (i, _), result in zip(moves, moved, strict=True):
                     outcomes[i] = result
-        for damage, outcome, _ in outcomes:
-            self._report(damage, outcome)
+        self._report_together([(damage, outcome) for damage, outcome, _ in outcomes])
         return [(damage, refused) for damage, _, refused in outcomes]
 
     @contextmanager
     def moving_together(self) -> Iterator[None]:
         """Records this thread finds damaged in the block are moved aside together as it
-        ends (for a store's log, one append for them all), then reported in the order
-        found: a read falling back past many damaged checkpoints, one after another.
+        ends (for a store's log, one append for them all; unless quarantine is off), then
+        reported together, in the order found (``_report_together``): a read falling back
+        past many damaged checkpoints, one after another.
 
         Nested blocks are one: the outermost moves them.
         """
@@ -204,8 +205,12 @@ class DamageReporter:
         finally:
             self._together.pending = None
             if pending:
-                for damage, outcome, _ in self._quarantine(list(pending.values())):
-                    self._report(damage, outcome)
+                found = list(pending.values())
+                if self.quarantine_enabled:
+                    moved = [(damage, outcome) for damage, outcome, _ in self._quarantine(found)]
+                else:
+                    moved = [(damage, "") for damage, _ in found]
+                self._report_together(moved)
 
     def _found(self, key: str, error: RecordDamagedError, data: bytes | None) -> Damage:
         """The ``Damage`` of the record at ``key``, counted."""
@@ -225,8 +230,22 @@ class DamageReporter:
             identity=identity,
         )
 
-    def _report(self, damage: Damage, outcome: str) -> None:
-        logger.warning(
+    def _report_together(self, reported: Sequence[tuple[Damage, str]]) -> None:
+        """Report records found damaged together (``(damage, outcome)``, in the order
+        found): a record found alone gets a warning of its own; several, one warning for
+        them all (``_together``), each of them still logged at DEBUG. Every one is passed
+        to ``on_corruption``."""
+        if len(reported) == 1:
+            self._report(*reported[0])
+            return
+        for damage, outcome in reported:
+            self._report(damage, outcome, level=logging.DEBUG)
+        if reported:
+            logger.warning("%s", _together(reported))
+
+    def _report(self, damage: Damage, outcome: str, *, level: int = logging.WARNING) -> None:
+        logger.log(
+            level,
             "damaged %s record %s: %s%s",
             damage.kind or "unknown",
             damage.location,
@@ -543,6 +562,71 @@ class DamageReporter:
             self.on_corruption(damage)
         except Exception:
             logger.exception("on_corruption callback raised; ignored")
+
+
+def _together(reported: Sequence[tuple[Damage, str]]) -> str:
+    """One line for records found damaged together: how many and of which kind, where
+    the first and the last lay, why, and where they went.
+
+    Example:
+        >>> found = [Damage(f"t/{n}.ckpt", f"log@{n}", "record checksum mismatch",
+        ...     kind="checkpoint", quarantined_to=f"q/x.records@{n}") for n in (90, 50)]
+        >>> print(_together([(d, "") for d in found]))  # doctest: +NORMALIZE_WHITESPACE
+        2 damaged checkpoint records, log@90 to log@50: record checksum mismatch;
+        quarantined to q/x.records (each one logged at DEBUG)
+    """
+    damages = [damage for damage, _ in reported]
+    kinds = Counter(damage.kind or "unknown" for damage in damages)
+    of_kind = f" {next(iter(kinds))}" if len(kinds) == 1 else ""
+    mixed = f" ({_counted(kinds)})" if len(kinds) > 1 else ""
+    reasons = _counted(Counter(damage.reason for damage in damages))
+    return (
+        f"{len(damages)} damaged{of_kind} records{mixed}, {damages[0].location} to "
+        f"{damages[-1].location}: {reasons}; {_where_they_went(reported)} "
+        f"(each one logged at DEBUG)"
+    )
+
+
+def _where_they_went(reported: Sequence[tuple[Damage, str]]) -> str:
+    """Where records found damaged together went: the quarantine files (not where in
+    them), and for those not moved, what kept them where they were."""
+    files = [
+        _quarantine_file(damage.quarantined_to)
+        for damage, _ in reported
+        if damage.quarantined_to is not None
+    ]
+    kept = Counter(
+        outcome.strip().removeprefix("(").removesuffix(")") or "not moved"
+        for damage, outcome in reported
+        if damage.quarantined_to is None
+    )
+    parts = []
+    if files:
+        distinct = list(dict.fromkeys(files))
+        where = (
+            distinct[0]
+            if len(distinct) == 1
+            else f"{len(distinct)} files, {distinct[0]} to {distinct[-1]}"
+        )
+        parts.append(f"quarantined to {where}" + (f" ({len(files)})" if kept else ""))
+    if kept:
+        parts.append(
+            _counted(kept) if not files else ", ".join(f"{w} ({n})" for w, n in kept.items())
+        )
+    return "; ".join(parts)
+
+
+def _quarantine_file(quarantined_to: str) -> str:
+    """The file of a quarantine place (``<file>@<offset>`` for records moved into one)."""
+    where, at, offset = quarantined_to.rpartition("@")
+    return where if at and offset.isdigit() else quarantined_to
+
+
+def _counted(counts: Counter[str]) -> str:
+    """``"a"`` when all are ``a``, else ``"a (3), b (1)"``, most first."""
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{what} ({count})" for what, count in counts.most_common())
 
 
 def _new_quarantine_base() -> str:

@@ -155,6 +155,51 @@ def test_a_log_whose_damage_was_moved_aside_gets_a_hint_again(tmp_path, monkeypa
     assert len(list(VerifiedSaver(root).list(THREAD))) == 2999
 
 
+def test_damage_that_names_no_record_is_hinted_past_once_it_is_in_the_quarantine(
+    tmp_path, monkeypatch
+):
+    """Bytes between two entries that name no record (an entry's header destroyed) are
+    no record any read can ask for: the reader that finds them copies them to the
+    quarantine, and from then on they keep the log from no hint. The next process reads
+    the hint, not the damage again, and is not told about it again; ``verify`` still
+    names it (only compaction removes it from the log), and hints follow the log as it
+    grows."""
+    root = tmp_path / "store"
+    fill(VerifiedSaver(root, fsync=False), 1500)
+    log = root / "threads/t/log"
+    lose_parity(log)  # damage beyond what parity rebuilds
+    (root / "threads/t" / HINT_NAME).unlink()  # the next reader reads the whole log
+    entries = scan(log.read_bytes())[0]
+    hit = next(
+        e for e in entries[len(entries) // 4 :] if e.key.endswith(".ckpt")
+    )  # an older checkpoint's record: no read of the newest needs it
+    with open(log, "r+b") as f:
+        f.seek(hit.offset)
+        f.write(b"\xff" * 8)  # its header: the entry no longer says whose it is
+    seen = []
+    first = VerifiedSaver(root, on_corruption=seen.append)
+    assert first.get_tuple(THREAD).metadata["step"] == 1499
+    (span,) = seen
+    assert span.reason.startswith("damaged log entry: ") and span.quarantined_to is not None
+    assert (root / "threads/t" / HINT_NAME).exists()  # left at once, past the damage
+
+    def newest_step() -> int:
+        reader = VerifiedSaver(root)
+        step = reader.get_tuple(THREAD).metadata["step"]
+        assert reader.stats.damaged_records == 0  # not found, nor reported, again
+        return step
+
+    read, step = log_bytes_read(monkeypatch, log, newest_step)
+    assert step == 1499 and read < (log.stat().st_size - hit.offset) / 4
+    report = VerifiedSaver(root).verify(thread_id="t")
+    assert [d.location for d in report.damaged] == [span.location]
+    assert report.damaged[0].quarantined_to == span.quarantined_to
+    writer = VerifiedSaver(root, fsync=False)
+    fill(writer, 1500, start=1500)  # far more than HINT_AFTER_BYTES
+    read, step = log_bytes_read(monkeypatch, log, newest_step)
+    assert step == 2999 and read < (log.stat().st_size - hit.offset) / 4
+
+
 def test_a_hint_of_an_earlier_layout_is_ignored_and_replaced(tmp_path):
     """Version 1 listed ``[key, offset, size]`` a key at a time, version 2 a directory at a
     time; both were read whole. Either is read past, and the next reader leaves a new one."""

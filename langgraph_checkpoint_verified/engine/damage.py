@@ -296,12 +296,14 @@ class DamageReporter:
 
     def damaged_span(
         self, location: str, reason: str, data: bytes, claimed_key: str | None, span_id: str
-    ) -> Damage:
+    ) -> bool:
         """Handle bytes between two log entries that are no entry (``storage.log``).
 
         They name no record a read could ask for, so nothing falls back because of
         them: they are reported, and copied byte for byte to the quarantine once
         (the log itself is only ever rewritten by compaction, which drops them).
+        Returns whether they are in the quarantine (copied now, or before): the
+        log's readers need not find them again.
         """
         damage = Damage(
             key=claimed_key or location,
@@ -325,7 +327,7 @@ class DamageReporter:
                 outcome = f" (not copied: {exc})"
         logger.warning("damaged log entry at %s: %s%s", location, reason, outcome)
         self._notify(damage)
-        return damage
+        return damage.quarantined_to is not None
 
     def healed(self, location: str, key: str | None) -> Damage:
         """Handle a damaged block of a log that was rebuilt from its parity (``storage.log``).

@@ -155,14 +155,15 @@ class FileStorage:
             log.forget_locks_in_child()
 
     @property
-    def on_damaged_span(self) -> Callable[[str, str, bytes, str | None, str], Any] | None:
+    def on_damaged_span(self) -> Callable[[str, str, bytes, str | None, str], bool] | None:
         """Called as ``(log location, reason, bytes, claimed key, span id)`` for damage
-        between entries that names no readable key (set by the saver's reporter)."""
+        between entries that names no readable key (set by the saver's reporter); returns
+        whether those bytes are kept elsewhere now (copied to the quarantine)."""
         return self.reader.on_damaged_span
 
     @on_damaged_span.setter
     def on_damaged_span(
-        self, report: Callable[[str, str, bytes, str | None, str], Any] | None
+        self, report: Callable[[str, str, bytes, str | None, str], bool] | None
     ) -> None:
         self.reader.on_damaged_span = report
 

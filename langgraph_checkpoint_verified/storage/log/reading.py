@@ -67,9 +67,10 @@ class LogReader:
 
     def __init__(self, files: RecordFileStorage) -> None:
         self.files = files
-        self.on_damaged_span: Callable[[str, str, bytes, str | None, str], Any] | None = None
+        self.on_damaged_span: Callable[[str, str, bytes, str | None, str], bool] | None = None
         """Called as ``(log location, reason, bytes, claimed key, span id)`` for damage
-        between entries that names no readable key (set by the saver's reporter)."""
+        between entries that names no readable key (set by the saver's reporter); returns
+        whether those bytes are kept elsewhere now (copied to the quarantine)."""
         self.on_healed: Callable[[str, str | None], Any] | None = None
         """Called as ``(block location, key read)`` for each damaged block of a log
         rebuilt from its parity, once per block and opening of the log (set by the
@@ -345,9 +346,14 @@ class LogReader:
             claimed_key=key,
             span_id=f"{log.ino}-{base + span.offset}",
         )
+        if self.on_damaged_span is not None and self.on_damaged_span(
+            damaged.location, damaged.reason, raw, key, damaged.span_id
+        ):
+            # kept in the quarantine: no read asks for it, so nothing is lost if readers
+            # no longer find it; a hint may cover it now (``verify`` reads the whole log)
+            log.damage_settled = True
+            return
         log.spans.append(damaged)
-        if self.on_damaged_span is not None:
-            self.on_damaged_span(damaged.location, damaged.reason, raw, key, damaged.span_id)
 
     def _healed(self, log: ThreadLog, blocks: builtins.list[int], key: str | None) -> None:
         """Report blocks of ``log`` rebuilt from its parity (each once per opening), and

@@ -109,7 +109,8 @@ class ThreadLog:
         it holds no record files of the layout before logs, which the reading of the new
         log (``LogReader.rebuild``) need not look for."""
         self.spans: list[DamagedBytes] = []
-        """Damage between entries that names no record of this thread, as read so far."""
+        """Damage between entries that names no record of this thread, as read so far,
+        and not kept elsewhere (copied to the quarantine) when it was found."""
         self.damaged_keys: set[str] = set()
         """Keys whose entry was found damaged (a ``DamagedEntry``), as read so far."""
         self.damage_settled = False
@@ -137,7 +138,8 @@ class ThreadLog:
 
     def holds_damage(self) -> bool:
         """Whether the log holds damage that still stands, as read so far: bytes that name
-        no record of the thread, or a key whose latest entry is damaged. No hint is left
+        no record of the thread and could not be copied to the quarantine, or a key whose
+        latest entry is damaged. No hint is left
         for such a log: a reader finds the damage by reading it. Damage of a record deleted
         since (the quarantine's move appends a deletion) or written again stands no more
         (and its key is forgotten here): a hint covering it names what the log holds now,

@@ -8,27 +8,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from langgraph.checkpoint.conformance.test_utils import (
-    generate_checkpoint,
-    generate_config,
-    generate_metadata,
-)
+from langgraph.checkpoint.conformance.test_utils import generate_config
+from test_saver_api import put_chain
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.records.keys import checkpoint_key
 
 LOGGER = "langgraph_checkpoint_verified"
-
-
-def put_chain(saver: VerifiedSaver, n: int) -> list[dict]:
-    configs, parent = [], generate_config("t")
-    for step in range(n):
-        checkpoint = generate_checkpoint(
-            channel_values={"n": step}, channel_versions={"n": step + 1}
-        )
-        parent = saver.put(parent, checkpoint, generate_metadata(step=step), {"n": step + 1})
-        configs.append(parent)
-    return configs
 
 
 def damage(saver: VerifiedSaver, config: dict) -> str:
@@ -60,7 +46,7 @@ def test_a_read_falling_back_past_several_damaged_checkpoints_warns_once_for_the
 ):
     seen = []
     saver = open_saver(backend, tmp_path, on_corruption=seen.append)
-    configs = put_chain(saver, 6)
+    configs = put_chain(saver, "t", 6)
     damaged = [damage(saver, config) for config in reversed(configs[-4:])]  # newest first
 
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
@@ -89,7 +75,7 @@ def test_a_read_falling_back_past_several_damaged_checkpoints_warns_once_for_the
 def test_a_single_damaged_checkpoint_gets_a_warning_of_its_own(tmp_path, caplog, backend):
     seen = []
     saver = open_saver(backend, tmp_path, on_corruption=seen.append)
-    configs = put_chain(saver, 3)
+    configs = put_chain(saver, "t", 3)
     damage(saver, configs[-1])
 
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
@@ -106,7 +92,7 @@ def test_a_single_damaged_checkpoint_gets_a_warning_of_its_own(tmp_path, caplog,
 def test_records_left_in_place_are_said_to_be_not_moved(tmp_path, caplog):
     seen = []
     saver = VerifiedSaver(tmp_path / "store", fsync=False, quarantine=False)
-    configs = put_chain(saver, 4)
+    configs = put_chain(saver, "t", 4)
     for config in configs[-2:]:
         damage(saver, config)
     reader = VerifiedSaver(

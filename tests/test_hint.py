@@ -11,6 +11,7 @@ import random
 import shutil
 import struct
 import zlib
+from pathlib import Path
 
 import ormsgpack
 import pytest
@@ -24,6 +25,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     HINT_MAGIC,
     HINT_VERSION,
     LOG_TAIL_SIZE,
+    Entry,
     KeptBlock,
     decode_hint_index,
     encode_hint,
@@ -87,17 +89,23 @@ def test_a_stale_or_damaged_hint_is_ignored(tmp_path):
     assert newest_step(root) == 1499
 
 
-def test_no_hint_for_a_log_with_damage_in_it(tmp_path):
+def test_no_hint_for_a_log_with_damage_only_a_whole_read_finds(tmp_path):
+    """Bytes between two entries that name no record, and that could not be copied to
+    the quarantine (here: quarantine off), are found only by reading the log: no hint
+    is left for it, so every reader finds them."""
     root = tmp_path / "store"
     fill(VerifiedSaver(root, fsync=False), 1500)
     log = root / "threads/t/log"
     lose_parity(log)  # damage beyond what parity rebuilds
     (root / "threads/t" / HINT_NAME).unlink()  # and the writer's hint lost too
-    with open(log, "r+b") as f:  # junk between two entries, a quarter into the log
-        f.seek(log.stat().st_size // 4)
-        f.write(b"\0" * 64)
-    # the newest checkpoint does not need the damaged record: read, not reported yet
-    assert VerifiedSaver(root).get_tuple(THREAD).metadata["step"] == 1499
+    entries = scan(log.read_bytes())[0]
+    hit = entries[len(entries) // 4]
+    with open(log, "r+b") as f:  # an entry's header: it no longer says whose it is
+        f.seek(hit.offset)
+        f.write(b"\xff" * 8)
+    reader = VerifiedSaver(root, quarantine=False)
+    assert reader.get_tuple(THREAD).metadata["step"] == 1499
+    assert reader.stats.damaged_records == 1  # found by the read of the log, reported
     assert not (root / "threads/t" / HINT_NAME).exists()
     assert not VerifiedSaver(root).verify(thread_id="t").ok
 
@@ -155,6 +163,58 @@ def test_a_log_whose_damage_was_moved_aside_gets_a_hint_again(tmp_path, monkeypa
     assert len(list(VerifiedSaver(root).list(THREAD))) == 2999
 
 
+def long_log_with_an_older_checkpoint_damaged(root, *, in_header: bool) -> tuple[Path, Entry]:
+    """A 1,500-checkpoint thread whose log has no parity and no hint (the next reader
+    reads it whole), with 8 bytes destroyed in the entry of a checkpoint a quarter in,
+    which no read of the newest needs: in its header (the entry no longer says whose it
+    is) or in its record. The log, and that entry as it was."""
+    fill(VerifiedSaver(root, fsync=False), 1500)
+    log = root / "threads/t/log"
+    lose_parity(log)  # damage beyond what parity rebuilds
+    (root / "threads/t" / HINT_NAME).unlink()
+    entries = scan(log.read_bytes())[0]
+    hit = next(e for e in entries[len(entries) // 4 :] if e.key.endswith(".ckpt"))
+    with open(log, "r+b") as f:
+        f.seek(hit.offset if in_header else hit.data_offset + hit.data_size // 2)
+        f.write(b"\xff" * 8)
+    return log, hit
+
+
+def test_a_damaged_record_nobody_reads_is_named_in_the_hint_and_found_by_its_reader(
+    tmp_path, monkeypatch
+):
+    """A record whose entry is damaged keeps the log from no hint: the hint names it where
+    its data lies, as it names a record damaged after the hint was written, and whoever
+    reads it finds it damaged (reported, quarantined, its parent returned instead). So a
+    thread that goes on past damage no read needs is opened from its hint, not read
+    whole again by every process."""
+    root = tmp_path / "store"
+    log, hit = long_log_with_an_older_checkpoint_damaged(root, in_header=False)
+    damaged_id = hit.key.rsplit("/", 1)[1].removesuffix(".ckpt")
+    assert VerifiedSaver(root).get_tuple(THREAD).metadata["step"] == 1499
+    assert (root / "threads/t" / HINT_NAME).exists()
+
+    def newest_step() -> int:
+        reader = VerifiedSaver(root)
+        step = reader.get_tuple(THREAD).metadata["step"]
+        assert reader.stats.damaged_records == 0  # no read of the newest needs it
+        return step
+
+    writer = VerifiedSaver(root, fsync=False)
+    fill(writer, 1500, start=1500)  # far more than HINT_AFTER_BYTES
+    read, step = log_bytes_read(monkeypatch, log, newest_step)
+    assert step == 2999 and read < (log.stat().st_size - hit.offset) / 4
+    # read from the hint, the damaged checkpoint is found damaged, and its parent returned
+    seen = []
+    reader = VerifiedSaver(root, on_corruption=seen.append)
+    asked = {"configurable": {**THREAD["configurable"], "checkpoint_id": damaged_id}}
+    found = reader.get_tuple(asked)
+    assert found is not None and found.checkpoint["id"] < damaged_id
+    assert [d.key for d in seen] == [hit.key] and seen[0].quarantined_to is not None
+    assert reader.get_tuple(asked).checkpoint["id"] == found.checkpoint["id"]
+    assert VerifiedSaver(root).verify(thread_id="t").ok  # moved aside: nothing stands
+
+
 def test_damage_that_names_no_record_is_hinted_past_once_it_is_in_the_quarantine(
     tmp_path, monkeypatch
 ):
@@ -165,17 +225,7 @@ def test_damage_that_names_no_record_is_hinted_past_once_it_is_in_the_quarantine
     names it (only compaction removes it from the log), and hints follow the log as it
     grows."""
     root = tmp_path / "store"
-    fill(VerifiedSaver(root, fsync=False), 1500)
-    log = root / "threads/t/log"
-    lose_parity(log)  # damage beyond what parity rebuilds
-    (root / "threads/t" / HINT_NAME).unlink()  # the next reader reads the whole log
-    entries = scan(log.read_bytes())[0]
-    hit = next(
-        e for e in entries[len(entries) // 4 :] if e.key.endswith(".ckpt")
-    )  # an older checkpoint's record: no read of the newest needs it
-    with open(log, "r+b") as f:
-        f.seek(hit.offset)
-        f.write(b"\xff" * 8)  # its header: the entry no longer says whose it is
+    log, hit = long_log_with_an_older_checkpoint_damaged(root, in_header=True)
     seen = []
     first = VerifiedSaver(root, on_corruption=seen.append)
     assert first.get_tuple(THREAD).metadata["step"] == 1499
@@ -698,20 +748,18 @@ def test_a_writer_of_a_long_thread_encodes_only_what_changed_since_its_last_hint
 
 
 def test_a_log_with_damage_is_not_hinted_again_at_every_append(tmp_path, monkeypatch):
-    """A log holding damage gets no hint; appends to it must not each try (reading every
-    key of a long log) to write one."""
+    """A log holding damage that keeps it from a hint gets none; appends to it must not
+    each try (reading every key of a long log) to write one."""
     root = tmp_path / "store"
     fill(VerifiedSaver(root, fsync=False), 1500)
     log = root / "threads/t/log"
     lose_parity(log)
     (root / "threads/t" / HINT_NAME).unlink()
-    last = scan(log.read_bytes())[0][-3]  # a byte flipped in a record near the end
+    last = scan(log.read_bytes())[0][-3]  # an entry's header near the end: names nothing
     with open(log, "r+b") as f:
-        f.seek(last.data_offset + last.data_size // 2)
-        byte = f.read(1)
-        f.seek(last.data_offset + last.data_size // 2)
-        f.write(bytes([byte[0] ^ 0xFF]))
-    saver = VerifiedSaver(root, fsync=False, quarantine=False)
+        f.seek(last.offset)
+        f.write(b"\xff" * 8)
+    saver = VerifiedSaver(root, fsync=False, quarantine=False)  # nothing copied aside
     assert saver.get_tuple(THREAD) is not None
     encoded = []
     real = hint_file.encode_hint_parts

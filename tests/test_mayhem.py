@@ -786,7 +786,7 @@ def test_junk_inserted_between_entries(pristine_files, tmp_path, at):
     store.write_log(damaged_log)
     span = store.span_name(before.offset)
 
-    for _ in range(2):  # a second saver (another process) reads the same log
+    for reader in range(2):  # a second saver (another process) reads the same log
         store.damage_seen.clear()
         saver = store.saver()
         for checkpoint_id in pristine.ids:
@@ -795,8 +795,10 @@ def test_junk_inserted_between_entries(pristine_files, tmp_path, at):
         same_as_undamaged(pristine, saver.get_tuple(THREAD), set())
         listed = list(saver.list(THREAD))
         assert [t.config["configurable"]["checkpoint_id"] for t in listed] == pristine.ids
-        # the log still holds it (until compaction): each new reader reports it, once
-        assert [d.key for d in store.damage_seen] == [span]
+        # the first reader reports it, once, and copies it aside: from then on the log's
+        # hint covers it, and the next process reads past it (the log still holds it until
+        # compaction, and verify, which reads the whole log, names it)
+        assert [d.key for d in store.damage_seen] == ([span] if reader == 0 else [])
         assert saver.stats.fallbacks == 0
         moved = store.quarantine(saver.codec)
         assert set(moved) == {span}, "copied aside once"

@@ -22,6 +22,8 @@ from langgraph_checkpoint_verified.storage.files import (
     write_all_at,
 )
 from langgraph_checkpoint_verified.storage.log.entries import (
+    CHECKSUM_SIZE,
+    HEADER_SIZE,
     LOG_TAIL_SIZE,
     HintPiece,
     KeptBlock,
@@ -136,7 +138,9 @@ def write_hint(log: ThreadLog) -> None:
     Only a shortcut: not synced, written whole or not at all (temp file,
     rename), and ignored unless it names the current log. A log with damage that
     still stands (``ThreadLog.holds_damage``), or record files in it, gets none: those
-    are found by reading it.
+    are found by reading it. A record whose entry is damaged is named where its data
+    lies (``_damaged_data``): whoever reads it from the hint finds it damaged, as a
+    record damaged after its hint was written.
     """
     if log.holds_damage() or log.fd is None or log.end < LOG_TAIL_SIZE:
         return
@@ -190,11 +194,23 @@ def _encodable(parts: builtins.list[Any]) -> builtins.list[Any] | None:
             continue
         entries = []
         for key, where in part:
-            if not isinstance(where, tuple) or isinstance(where, DamagedEntry):
+            if isinstance(where, DamagedEntry):
+                where = _damaged_data(key, where)
+            if not isinstance(where, tuple):
                 return None
             entries.append((key, where[0], where[1]))
         encodable.append(entries)
     return encodable
+
+
+def _damaged_data(key: str, damaged: DamagedEntry) -> tuple[int, int] | None:
+    """Where the data of ``key``'s damaged entry lies, as its header (which still names
+    the key) lays it out: a read of the key there checks the entry and the record, and
+    finds them damaged. ``None`` if the damaged stretch is too short to hold any."""
+    key_size = len(key.encode("utf-8", "surrogatepass"))
+    data_offset = damaged.offset + HEADER_SIZE + key_size
+    data_size = damaged.offset + len(damaged.data) - CHECKSUM_SIZE - data_offset
+    return (data_offset, data_size) if data_size >= 0 else None
 
 
 def _open_earlier_hint(directory: KeyDirectory) -> int | None:

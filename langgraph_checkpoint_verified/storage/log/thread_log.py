@@ -137,19 +137,19 @@ class ThreadLog:
         the log looks at its path too."""
 
     def holds_damage(self) -> bool:
-        """Whether the log holds damage that still stands, as read so far: bytes that name
-        no record of the thread and could not be copied to the quarantine, or a key whose
-        latest entry is damaged. No hint is left
-        for such a log: a reader finds the damage by reading it. Damage of a record deleted
-        since (the quarantine's move appends a deletion) or written again stands no more
-        (and its key is forgotten here): a hint covering it names what the log holds now,
-        and readers skip it."""
+        """Whether the log holds damage that keeps it from a hint, as read so far: bytes
+        that name no record of the thread and could not be copied to the quarantine. A
+        reader finds those only by reading the log. A key whose latest entry is damaged
+        does not: the hint names it where its data lies, and whoever reads it finds it
+        damaged. Such damage stands no more once the record is deleted (the quarantine's
+        move appends a deletion) or written again (and its key is forgotten here): the
+        next hint is then due at once, naming what the log holds now."""
         if self.damaged_keys:
             self.damaged_keys = {
                 key for key in self.damaged_keys if isinstance(self.index.get(key), DamagedEntry)
             }
             self.damage_settled = not (self.spans or self.damaged_keys)
-        return bool(self.spans or self.damaged_keys)
+        return bool(self.spans)
 
     def close(self) -> None:
         self.close_read()

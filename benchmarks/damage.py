@@ -48,7 +48,7 @@ def checkpoint_spans(store: Path) -> dict[str, Span]:
     return spans
 
 
-def _entries(data: bytes, offset: int = 0) -> Iterator[tuple[int, int, str, int, int]]:
+def log_entries(data: bytes, offset: int = 0) -> Iterator[tuple[int, int, str, int, int]]:
     """``(offset, kind, key, data offset, data length)`` of each entry from ``offset`` on."""
     while offset + _ENTRY_HEADER.size <= len(data):
         magic, kind, _, key_length, data_length = _ENTRY_HEADER.unpack_from(data, offset)
@@ -62,7 +62,7 @@ def _entries(data: bytes, offset: int = 0) -> Iterator[tuple[int, int, str, int,
 
 def _log_spans(path: Path, relative: Path) -> dict[str, Span]:
     spans: dict[str, Span] = {}
-    for _, kind, key, data_offset, data_length in _entries(path.read_bytes()):
+    for _, kind, key, data_offset, data_length in log_entries(path.read_bytes()):
         if kind == _ENTRY_PUT and key.endswith(".ckpt"):
             match = _UUID.search(key.rsplit("/", 1)[-1])
             if match:
@@ -81,7 +81,7 @@ def past_hint(thread_dir: Path) -> tuple[int, int]:
         magic, covered = b"", 0
     if magic != _HINT_MAGIC:
         covered = 0
-    entries = list(_entries(log, covered))
+    entries = list(log_entries(log, covered))
     if not entries:
         return 0, 0
     _, _, _, data_offset, data_length = entries[-1]

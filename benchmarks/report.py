@@ -392,6 +392,33 @@ def recovery_tables(results: dict[str, Any]) -> list[str]:
                 )
             )
     lines.append("")
+    unread = rec.get("unread_damage")
+    if unread:
+        lines += [
+            f"Damage no read needs: on a copy of the store with no parity and no hint, an "
+            f"older checkpoint's entry (a quarter into the log) damaged; a saver reads the "
+            f"newest checkpoint (finding the damage), the thread goes on for "
+            f"{unread['steps']:,} checkpoints, then a new process opens it and reads its "
+            f"newest (median of {unread['rounds']}). Baseline: SqliteSaver, the same in a "
+            f"new process, undamaged.",
+            "",
+            HEADER,
+        ]
+        for where, what in (
+            ("record", "a byte of its record (its entry still names it)"),
+            ("header", "its entry's header (the bytes name nothing)"),
+        ):
+            case = unread[where]
+            hinted = "hinted" if case["hinted"] else "no hint"
+            lines.append(
+                row(
+                    f"new process after damage no read needs: {what}; {hinted}",
+                    ms(case[VERIFIED_FILES]),
+                    f"SqliteSaver {ms(case[SQLITE])}",
+                    x(case[VERIFIED_FILES] / case[SQLITE]),
+                )
+            )
+        lines.append("")
     return lines
 
 

@@ -46,6 +46,9 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     assert "skipped" in recovery or set(recovery["cases"]) == {"0", "1", "10", "100"}
     for case in recovery.get("cases", {}).values():
         assert case["after_step_returned_expected"], case  # the checkpoint just put
+    # a thread gone on past damage no read needs is opened from its hint, not read whole
+    for case in recovery.get("unread_damage", {}).values():
+        assert not isinstance(case, dict) or case["hinted"], recovery["unread_damage"]
 
     damage = results["damage"]
     settings = results["settings"]

@@ -47,6 +47,7 @@ from langgraph_checkpoint_verified import (
     SweepReport,
     VerifiedSaver,
 )
+from langgraph_checkpoint_verified.storage import files as file_records
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DAY = timedelta(days=1)
@@ -452,6 +453,116 @@ def test_a_sweep_killed_at_random_moments_leaves_each_thread_whole_or_swept(tmp_
         assert {t: snapshot(finished, t) for t in threads} == expected
         assert finished.verify().ok
         assert not [p for p in store.rglob("*") if p.name.startswith(".tmp-")]
+
+
+def test_a_sweep_syncs_the_renames_of_the_threads_it_deletes_together(tmp_path, monkeypatch):
+    """Each thread a sweep deletes leaves the store as its directory is renamed away; the
+    renames are made durable together, one sync of ``threads/`` for every
+    ``DELETIONS_SYNCED_TOGETHER`` of them, and each tree is removed only after that.
+    ``delete_thread`` on its own still syncs at once."""
+    store = tmp_path / "store"
+    saver = VerifiedSaver(store)
+    old = [f"old{n:02d}" for n in range(12)]
+    for thread_id in old:
+        chat(saver, thread_id, 1, T0)
+    chat(saver, "recent", 2, T0 + 10 * DAY)
+    chat(saver, "deleted-alone", 1, T0)
+    kept = snapshot(saver, "recent")
+    before = set((store / "threads").iterdir())
+    monkeypatch.setattr(file_records, "DELETIONS_SYNCED_TOGETHER", 5)
+    synced: list[str] = []
+    renamed_at_sync: list[int] = []
+    sync_directory = file_records.RecordFileStorage.sync_directory
+
+    def counted(self: Any, directory: str) -> None:
+        synced.append(directory)
+        renamed_at_sync.append(len(list((store / "threads").glob(".tmp-*"))))
+        sync_directory(self, directory)
+
+    monkeypatch.setattr(file_records.RecordFileStorage, "sync_directory", counted)
+    saver.delete_thread("deleted-alone")
+    assert synced == [str(store / "threads")]
+    synced.clear()
+    renamed_at_sync.clear()
+
+    report = saver.sweep(RetentionPolicy(idle=5 * DAY), now=T0 + 11 * DAY)
+
+    assert report.threads_deleted == old
+    assert synced == [str(store / "threads")] * 3  # 12 threads: 5, 5, then 2 as it ends
+    assert renamed_at_sync == [5, 5, 2]  # each synced while still there, then removed
+    left = set((store / "threads").iterdir())
+    assert len(left) == 1 and left < before  # the recent thread's: nothing renamed left
+    reopened = VerifiedSaver(store)
+    assert all(reopened.get_tuple(config(t)) is None for t in [*old, "deleted-alone"])
+    assert snapshot(reopened, "recent") == kept
+    assert reopened.verify().ok
+
+
+DELETING_SWEEPER = textwrap.dedent(
+    """
+    import sys
+    from datetime import datetime, timedelta
+    from langgraph_checkpoint_verified import RetentionPolicy, VerifiedSaver
+    saver = VerifiedSaver(sys.argv[1])
+    real_delete_tree = saver.storage.delete_tree
+
+    def delete_tree(prefix):
+        real_delete_tree(prefix)
+        print(prefix, flush=True)  # renamed away
+        sys.stdin.readline()  # the parent says go on, or kills it here
+
+    saver.storage.delete_tree = delete_tree
+    saver.sweep(RetentionPolicy(idle=timedelta(days=5)), now=datetime.fromisoformat(sys.argv[2]))
+    print("done", flush=True)
+    """
+)
+
+
+def test_a_sweep_killed_between_its_deletions_and_their_sync_leaves_each_thread_whole_or_gone(
+    tmp_path,
+):
+    """SIGKILL after some of a sweep's deletions, before they were synced and removed: each
+    thread reads back whole or is gone; the renamed trees the sweep left are removed by the
+    next process that lists the threads (their writer is gone), and a sweep run again
+    finishes the job."""
+    origin = tmp_path / "origin"
+    saver = VerifiedSaver(origin)
+    old = [f"old{n}" for n in range(8)]
+    for thread_id in old:
+        chat(saver, thread_id, 2, T0)
+    chat(saver, "recent", 2, T0 + 10 * DAY)
+    before = {t: snapshot(saver, t) for t in [*old, "recent"]}
+    now = T0 + 11 * DAY
+    rng = random.Random(SEED)
+    for attempt in range(3):
+        store = tmp_path / f"killed-{attempt}"
+        shutil.copytree(origin, store)
+        child = subprocess.Popen(
+            [sys.executable, "-c", DELETING_SWEEPER, str(store), now.isoformat()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdin is not None and child.stdout is not None
+        deleted = rng.randrange(1, len(old))  # fewer than all: killed inside its block
+        for n in range(deleted):
+            assert child.stdout.readline()
+            if n + 1 < deleted:
+                child.stdin.write("go on\n")
+                child.stdin.flush()
+        child.send_signal(signal.SIGKILL)  # waiting after its last deletion
+        child.wait()
+        assert len(list((store / "threads").glob(".tmp-*"))) == deleted  # not yet removed
+        after = VerifiedSaver(store)
+        for thread_id, whole in before.items():
+            assert snapshot(after, thread_id) in (whole, {}), thread_id
+        assert snapshot(after, "recent") == before["recent"]
+        report = after.sweep(RetentionPolicy(idle=5 * DAY), now=now)
+        assert len(report.threads_deleted) == len(old) - deleted  # what the killed one left
+        assert not list(store.rglob(".tmp-*"))  # the killed sweep's renamed trees: removed
+        finished = VerifiedSaver(store)
+        assert [t for t in before if snapshot(finished, t)] == ["recent"]
+        assert finished.verify().ok
 
 
 # -- the background sweeper --------------------------------------------------------------

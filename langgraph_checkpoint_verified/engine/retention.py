@@ -138,6 +138,22 @@ def sweep_threads(
         raise ValueError(f"limit must be an int >= 0, got {limit!r}")
     now = _aware(now or datetime.now(timezone.utc))
     report = SweepReport(dry_run=dry_run)
+    # the threads it deletes are durably gone when it returns: synced together
+    with engine.storage.deleting_together():
+        _sweep(engine, policy, report, dry_run=dry_run, limit=limit, now=now)
+    return report
+
+
+def _sweep(
+    engine: Engine,
+    policy: RetentionPolicy,
+    report: SweepReport,
+    *,
+    dry_run: bool,
+    limit: int | None,
+    now: datetime,
+) -> None:
+    """Judge every thread, and change those the policy says to, into ``report``."""
     changed = 0
     for thread_id in sorted(engine.thread_ids()):
         report.threads_checked += 1
@@ -168,7 +184,6 @@ def sweep_threads(
             report.threads_deleted.append(thread_id)
         else:
             report.threads_trimmed[thread_id] = dropped
-    return report
 
 
 def _judge(

@@ -68,6 +68,14 @@ class Storage(Protocol):
         """Remove every record under ``prefix``."""
         ...
 
+    def deleting_together(self) -> AbstractContextManager[None]:
+        """Within the block, this thread's ``delete_tree`` calls are made durable together
+        (one sync where the store would make one each), by the time the block ends; each
+        is atomic and seen by every reader as soon as it returns, as outside the block.
+        For a sweep that deletes many threads. A crash inside the block may undo some of
+        them, each whole."""
+        ...
+
     def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
         """Rename ``key`` to ``new_key`` (used for quarantine); ``False`` if ``key`` is gone.
 
@@ -269,6 +277,10 @@ class OneRecordPerWrite:
 
     def consistent_reads(self, prefix: str) -> AbstractContextManager[None]:
         """Every read is one request or lookup of its own here: nothing to share."""
+        return nullcontext()
+
+    def deleting_together(self) -> AbstractContextManager[None]:
+        """Every deletion is one step of its own here: nothing to share."""
         return nullcontext()
 
     def close_idle(self) -> None:

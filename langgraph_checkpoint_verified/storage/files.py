@@ -8,24 +8,21 @@ are shared with the log.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import hashlib
 import os
 import secrets
 import shutil
 import socket
-import sys
+import threading
 import time
 from collections.abc import Hashable, Iterator
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
-
-if sys.platform != "win32":
-    pass
-
 from langgraph_checkpoint_verified.storage.base import (
     CANNOT_WRITE_ERRNOS,
     DIR_MODE,
@@ -34,6 +31,11 @@ from langgraph_checkpoint_verified.storage.base import (
     OneRecordPerWrite,
 )
 from langgraph_checkpoint_verified.storage.locks import DirectoryLocks
+
+DELETIONS_SYNCED_TOGETHER = 128
+"""Trees deleted in a ``deleting_together`` block whose renames one directory sync makes
+durable: a sweep of many threads syncs once per this many, and leaves at most this many
+renamed trees behind if it is killed."""
 
 
 class RecordFileStorage(OneRecordPerWrite):
@@ -71,6 +73,8 @@ class RecordFileStorage(OneRecordPerWrite):
         self._seen_dirs: set[str] = set()
         self.ensure_directory(self._root, sync=fsync)
         self._locks = DirectoryLocks(self._open_lock_file)
+        self._deleting = threading.local()
+        """Per thread, inside ``deleting_together``: the trees renamed away, to remove."""
 
     # -- writing ---------------------------------------------------------
 
@@ -225,19 +229,55 @@ class RecordFileStorage(OneRecordPerWrite):
 
     def delete_tree(self, prefix: str) -> None:
         path = self._path(prefix)
-        if os.path.isdir(path):
-            # rename first so a crash half-way never leaves a half-deleted thread visible
-            parent = os.path.dirname(path)
-            doomed = f"{parent}/{TEMP_PREFIX}deleting-{secrets.token_hex(8)}"
-            try:
-                os.rename(path, doomed)
-            except FileNotFoundError:
-                return
-            self.forget_directories()
-            self.sync_directory(parent)
-            shutil.rmtree(doomed, ignore_errors=True)
-        else:
+        if not os.path.isdir(path):
             remove_quietly(path)
+            return
+        # renamed first, so that a crash half-way never leaves a half-deleted thread
+        # visible; to a name of this process's temp files, so that one it leaves (killed
+        # before removing it) is removed once it is gone
+        doomed = temp_path(os.path.dirname(path))
+        try:
+            os.rename(path, doomed)
+        except FileNotFoundError:
+            return
+        self.forget_directories()
+        pending: builtins.list[str] | None = getattr(self._deleting, "pending", None)
+        if pending is None:
+            self._finish_deletions([doomed])
+            return
+        pending.append(doomed)
+        if len(pending) >= DELETIONS_SYNCED_TOGETHER:
+            self._finish_deletions(pending)
+
+    @contextmanager
+    def deleting_together(self) -> Iterator[None]:
+        """``Storage.deleting_together``: the renames of the trees deleted in the block are
+        synced with one ``fsync`` of their directory (for every ``DELETIONS_SYNCED_TOGETHER``
+        of them), and only then are the trees removed. Nested blocks are one."""
+        if getattr(self._deleting, "pending", None) is not None:
+            yield
+            return
+        pending: builtins.list[str] = []
+        self._deleting.pending = pending
+        try:
+            yield
+        finally:
+            self._deleting.pending = None
+            if pending:
+                self._finish_deletions(pending)
+
+    def _finish_deletions(self, doomed: builtins.list[str]) -> None:
+        """Make the renames of the trees ``doomed`` durable, one sync of each directory they
+        were renamed in, then remove them (and forget them: ``doomed`` is emptied). A sync
+        that fails raises, and leaves the trees for the next listing to remove once this
+        process is gone: removed before their renames are durable, a crash could bring a
+        tree back with files missing."""
+        renamed = doomed.copy()
+        doomed.clear()
+        for directory in dict.fromkeys(os.path.dirname(path) for path in renamed):
+            self.sync_directory(directory)
+        for path in renamed:
+            shutil.rmtree(path, ignore_errors=True)
 
     def move_aside(self, key: str, new_key: str, *, replace: bool = True) -> bool:
         source, target = self._path(key), self._path(new_key)

@@ -221,6 +221,11 @@ class FileStorage:
         open descriptor keeps a replaced log readable), or as its own appends left them."""
         return self.reader.consistent_reads(prefix)
 
+    def deleting_together(self) -> AbstractContextManager[None]:
+        """Threads deleted in the block leave the store as their directories are renamed
+        away, and are made durable together (``RecordFileStorage.deleting_together``)."""
+        return self.files.deleting_together()
+
     def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         return self.write_many([(key, data)], replace=replace, durable=durable)[0]
 

@@ -565,6 +565,67 @@ def test_a_sweep_killed_between_its_deletions_and_their_sync_leaves_each_thread_
         assert finished.verify().ok
 
 
+FAILING_SYNC_SWEEPER = textwrap.dedent(
+    """
+    import errno, os, sys
+    from datetime import datetime, timedelta
+    from langgraph_checkpoint_verified import RetentionPolicy, VerifiedSaver
+    from langgraph_checkpoint_verified.storage.files import RecordFileStorage
+    store = sys.argv[1]
+    real_sync_directory = RecordFileStorage.sync_directory
+
+    def sync_directory(self, directory):
+        if os.path.basename(directory) == "threads":
+            raise OSError(errno.EIO, os.strerror(errno.EIO), directory)
+        real_sync_directory(self, directory)
+
+    RecordFileStorage.sync_directory = sync_directory
+    saver = VerifiedSaver(store)
+    now = datetime.fromisoformat(sys.argv[2])
+    try:
+        saver.sweep(RetentionPolicy(idle=timedelta(days=5)), now=now)
+    except OSError as exc:
+        print("raised", errno.errorcode[exc.errno], flush=True)
+    else:
+        print("returned", flush=True)
+    config = {"configurable": {"thread_id": sys.argv[3]}}
+    print("deleted thread", "absent" if saver.get_tuple(config) is None else "present", flush=True)
+    """
+)
+
+
+def test_a_sweep_whose_sync_fails_raises_and_its_renamed_trees_are_removed_later(tmp_path):
+    """The directory sync that makes a sweep's deletions durable fails (EIO): the sweep
+    raises it instead of returning a report. The threads it renamed away read as absent,
+    and their trees are left in place, not removed before their renames are durable; the
+    next process to list the threads, once the sweep's is gone, removes them. Nothing
+    else is touched."""
+    store = tmp_path / "store"
+    saver = VerifiedSaver(store)
+    old = [f"old{n}" for n in range(4)]
+    for thread_id in old:
+        chat(saver, thread_id, 2, T0)
+    chat(saver, "recent", 2, T0 + 10 * DAY)
+    kept = snapshot(saver, "recent")
+    now = T0 + 11 * DAY
+    swept = subprocess.run(
+        [sys.executable, "-c", FAILING_SYNC_SWEEPER, str(store), now.isoformat(), old[0]],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert swept.stdout.splitlines() == ["raised EIO", "deleted thread absent"], swept.stderr
+    assert len(list((store / "threads").glob(".tmp-*"))) == len(old)  # not removed
+    after = VerifiedSaver(store)
+    assert [t for t in [*old, "recent"] if snapshot(after, t)] == ["recent"]
+    assert snapshot(after, "recent") == kept
+    listed = {c.config["configurable"]["thread_id"] for c in after.list(None)}
+    assert listed == {"recent"}
+    assert not list(store.rglob(".tmp-*"))  # removed by listing threads/: their writer is gone
+    assert after.sweep(RetentionPolicy(idle=5 * DAY), now=now).threads_deleted == []
+    assert after.verify().ok
+
+
 # -- the background sweeper --------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified.engine import reads
 from langgraph_checkpoint_verified.records.format import RecordKind
 from langgraph_checkpoint_verified.records.kinds import (
     VALUE_EXTEND,
@@ -122,6 +123,38 @@ def test_the_store_grows_linearly_with_the_chat(tmp_path):
     short = chat_bytes(20, tmp_path / "short")
     long = chat_bytes(40, tmp_path / "long")
     assert long / short < 2.3, (short, long)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_listing_walks_each_value_chain_once(tmp_path, backend, monkeypatch):
+    """``list`` (``get_state_history``) of a chat, newest first, by a saver that has read
+    nothing: the newest checkpoint's messages are a chain through every older record,
+    and each older checkpoint's chain is the start of it. The chain is walked once for
+    the whole listing, not once per checkpoint (which grows with the square of the
+    chat's length), and every checkpoint still reads back as InMemorySaver's."""
+    saver = open_saver(backend, tmp_path)
+    _, reference, config = side_by_side(chat_graph, saver, seed=4, turns=30)
+    if backend == "files":
+        saver = VerifiedSaver(tmp_path / "store")
+    else:
+        saver.engine.reader.parts.forget_thread("chat")  # as if never read
+    steps = 0
+    walk = reads.value_parts
+
+    def counted(record: Any, channel: str, stored: Any, holder_values: Any, *rest: Any) -> Any:
+        def step(base_id: str) -> Any:
+            nonlocal steps
+            steps += 1
+            return holder_values(base_id)
+
+        return walk(record, channel, stored, step, *rest)
+
+    monkeypatch.setattr(reads, "value_parts", counted)
+    listed = list(saver.list(config))
+    assert len(listed) == 90  # three checkpoints a turn
+    assert messages_encodings(saver).count(VALUE_EXTEND) >= 55  # one chain, no whole copy since
+    assert steps <= len(listed), steps  # each older record stepped through once
+    assert history(chat_graph(saver), config) == history(reference, config)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -265,7 +265,9 @@ class PartsCache:
     checkpoint whose record holds the value, and its version.
 
     Reading a thread's newest checkpoint would otherwise read every record of
-    its value's chain again at each step of a run. A version number alone does
+    its value's chain again at each step of a run, and listing a thread, newest
+    first, would walk each older checkpoint's chain again: each is the start of the
+    newer one's, kept as the newer one's walk passes it. A version number alone does
     not name a value: two forks of a thread (on two machines, say) may each
     make the same one; the record holding it does.
     """
@@ -289,6 +291,18 @@ class PartsCache:
             while len(self._parts) > self._size:
                 self._parts.popitem(last=False)
 
+    def put_many(
+        self, where: tuple[str, str, str], found: list[tuple[str, Any, ValueParts]]
+    ) -> None:
+        """``put`` for several (``(holder_id, version, parts)``), the last the most recent."""
+        with self._lock:
+            for holder_id, version, parts in found:
+                key = (*where, holder_id, version)
+                self._parts[key] = parts
+                self._parts.move_to_end(key)
+            while len(self._parts) > self._size:
+                self._parts.popitem(last=False)
+
     def forget_thread(self, thread_id: str) -> None:
         with self._lock:
             for key in [k for k in self._parts if k[0] == thread_id]:
@@ -301,18 +315,25 @@ def value_parts(
     stored: StoredValue,
     holder_values: Callable[[str], dict[str, StoredValue]],
     cached: Callable[[str, Any], ValueParts | None] = lambda holder_id, version: None,
+    remember: Callable[[list[tuple[str, Any, ValueParts]]], None] | None = None,
 ) -> ValueParts:
     """The serialized parts whose concatenation is a stored value, oldest first.
 
     Each part comes with the item count its base must have had (``None`` for
     the full value at the start of the chain), so a reader can check that the
     chain fits together. ``holder_values(checkpoint_id)`` returns the values a
-    record holds, or raises.
+    record holds, or raises. ``cached(holder_id, version)`` gives the parts of a
+    base found before, ending the walk there; ``remember`` is handed the parts of
+    every base the walk went through (``(holder_id, version, parts)``, oldest first):
+    each is the start of this value's, so a listing that reads the chain's
+    checkpoints next, newest first, walks no chain again.
 
     Raises:
         ValueUnavailable: A base is missing or holds another version.
     """
-    parts: ValueParts = []
+    parts: ValueParts = []  # newest first, until reversed
+    bases: list[tuple[str, Any, int]] = []  # each base walked through, and where its part is
+    known: ValueParts = []
     current = stored
     seen: set[str] = set()
     while True:
@@ -322,10 +343,10 @@ def value_parts(
         assert current.base is not None  # decode_checkpoint guarantees it
         base_id, base_version, base_count = current.base
         parts.append((current.typed, base_count, current.start))
-        known = cached(base_id, base_version)
-        if known is not None:
-            parts.reverse()
-            return [*known, *parts]
+        found = cached(base_id, base_version)
+        if found is not None:
+            known = found
+            break
         if base_id in seen:
             raise ValueUnavailable(f"value of channel {channel!r} refers to itself in a loop")
         seen.add(base_id)
@@ -335,9 +356,18 @@ def value_parts(
                 f"value of channel {channel!r} extends version {base_version!r} in "
                 f"checkpoint {base_id}, which does not hold it"
             )
+        bases.append((base_id, base_version, len(parts)))
         current = base
     parts.reverse()
-    return parts
+    whole = [*known, *parts] if known else parts
+    if remember is not None and bases:
+        # the base whose part was the i-th appended (newest first) ends ``whole`` i parts
+        # early; oldest first, so that the newest, which a listing reads next, is the
+        # most recent
+        remember(
+            [(base_id, version, whole[: len(whole) - i]) for base_id, version, i in bases[::-1]]
+        )
+    return whole
 
 
 def load_value(loads: Callable[[Typed], Any], parts: ValueParts) -> Any:

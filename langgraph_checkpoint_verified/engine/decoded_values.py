@@ -103,7 +103,13 @@ def _same(value: Any) -> Any:
 # Immutable items are tested inline: most of a message's fields are strings or None.
 
 
+# An empty list or dict is copied without a comprehension: most of a message's
+# containers are empty (``additional_kwargs``, ``tool_calls``, ...).
+
+
 def _copy_list(value: list[Any]) -> list[Any]:
+    if not value:
+        return []
     return [item if type(item) in _IMMUTABLE else plain_copy(item) for item in value]
 
 
@@ -112,6 +118,8 @@ def _copy_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _copy_dict(value: dict[Any, Any]) -> dict[Any, Any]:
+    if not value:
+        return {}
     return {
         key if type(key) in _IMMUTABLE else plain_copy(key): (
             item if type(item) in _IMMUTABLE else plain_copy(item)

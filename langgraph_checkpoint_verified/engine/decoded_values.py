@@ -128,11 +128,21 @@ def _copy_dict(value: dict[Any, Any]) -> dict[Any, Any]:
     }
 
 
+def _copy_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A model's ``__dict__``, copied: its keys are field names (strings), and most of
+    its values immutable, so it is copied whole and only the others replaced."""
+    copied = fields.copy()
+    for name, item in fields.items():
+        if type(item) not in _IMMUTABLE:
+            copied[name] = plain_copy(item)
+    return copied
+
+
 def _copy_model(value: BaseModel) -> BaseModel:
     # what pydantic's own BaseModel.__deepcopy__ does, with plain_copy for deepcopy
     kind = type(value)
     copied = kind.__new__(kind)
-    _set_attribute(copied, "__dict__", _copy_dict(value.__dict__))
+    _set_attribute(copied, "__dict__", _copy_fields(value.__dict__))
     extra = value.__pydantic_extra__
     _set_attribute(copied, "__pydantic_extra__", None if extra is None else _copy_dict(extra))
     _set_attribute(copied, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))

@@ -284,17 +284,13 @@ class PartsCache:
     def put(
         self, where: tuple[str, str, str], holder_id: str, version: Any, parts: ValueParts
     ) -> None:
-        key = (*where, holder_id, version)
-        with self._lock:
-            self._parts[key] = parts
-            self._parts.move_to_end(key)
-            while len(self._parts) > self._size:
-                self._parts.popitem(last=False)
+        self.put_many(where, [(holder_id, version, parts)])
 
     def put_many(
         self, where: tuple[str, str, str], found: list[tuple[str, Any, ValueParts]]
     ) -> None:
-        """``put`` for several (``(holder_id, version, parts)``), the last the most recent."""
+        """Keep the parts of several values (``(holder_id, version, parts)``), the last the
+        most recent."""
         with self._lock:
             for holder_id, version, parts in found:
                 key = (*where, holder_id, version)

@@ -29,7 +29,7 @@ from langgraph_checkpoint_verified.records.kinds import (
     VALUE_WINDOW,
     decode_checkpoint,
 )
-from langgraph_checkpoint_verified.records.values import WINDOW_CHAIN
+from langgraph_checkpoint_verified.records.values import WINDOW_CHAIN, PartsCache
 
 BACKENDS = ["files", "memory"]
 WORDS = [f"word{i}" for i in range(3000)]
@@ -155,6 +155,23 @@ def test_a_listing_walks_each_value_chain_once(tmp_path, backend, monkeypatch):
     assert messages_encodings(saver).count(VALUE_EXTEND) >= 55  # one chain, no whole copy since
     assert steps <= len(listed), steps  # each older record stepped through once
     assert history(chat_graph(saver), config) == history(reference, config)
+
+
+def test_a_long_walk_keeps_its_bases_without_pushing_out_the_newest_values():
+    """The bases one walk keeps are bounded on their own: however long the chain, the
+    newest values of the threads a process runs stay cached (else each of their next
+    reads would walk its chain again)."""
+    cache = PartsCache(size=3, bases=50)
+    running = [(f"t{n}", "", "messages") for n in range(3)]
+    for where in running:
+        cache.put(where, "newest", 7, [(("msgpack", b"x"), None, 0)])
+    long = ("long", "", "messages")
+    cache.keep_bases(long, [(f"c{i}", i, [(("msgpack", b"y"), None, 0)]) for i in range(200)])
+    assert all(cache.get(where, "newest", 7) is not None for where in running)
+    assert cache.get(long, "c199", 199) is not None  # the newest bases, for a listing
+    assert cache.get(long, "c149", 149) is None  # older ones went first, within their bound
+    cache.forget_thread("long")
+    assert cache.get(long, "c199", 199) is None
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -218,7 +218,7 @@ class RecordReader:
                 stored,
                 lambda base_id: self._holder_values(record, base_id, holders),
                 lambda base_id, base_version: self.parts.get(where, base_id, base_version),
-                lambda found: self.parts.put_many(where, found),
+                lambda found: self.parts.keep_bases(where, found),
             )
         except ValueUnavailable as unavailable:
             raise Unusable(unavailable.reason) from None

@@ -265,44 +265,58 @@ class PartsCache:
     checkpoint whose record holds the value, and its version.
 
     Reading a thread's newest checkpoint would otherwise read every record of
-    its value's chain again at each step of a run, and listing a thread, newest
-    first, would walk each older checkpoint's chain again: each is the start of the
-    newer one's, kept as the newer one's walk passes it. A version number alone does
+    its value's chain again at each step of a run. A version number alone does
     not name a value: two forks of a thread (on two machines, say) may each
     make the same one; the record holding it does.
+
+    Listing a thread, newest first, would also walk each older checkpoint's chain
+    again: each is the start of the newer one's. A walk keeps the parts of the bases
+    it passes (``keep_bases``) apart from the values read and written, with a bound
+    of their own, so that one long chain's walk never pushes out the newest values
+    of the threads a process is running.
     """
 
-    def __init__(self, size: int = 256) -> None:
+    def __init__(self, size: int = 256, bases: int = 512) -> None:
         self._parts: OrderedDict[tuple[str, str, str, str, Any], ValueParts] = OrderedDict()
+        self._bases: OrderedDict[tuple[str, str, str, str, Any], ValueParts] = OrderedDict()
         self._size = size
+        self._bases_size = bases
         self._lock = threading.Lock()
 
     def get(self, where: tuple[str, str, str], holder_id: str, version: Any) -> ValueParts | None:
+        key = (*where, holder_id, version)
         with self._lock:
-            return self._parts.get((*where, holder_id, version))
+            found = self._parts.get(key)
+            return self._bases.get(key) if found is None else found
 
     def put(
         self, where: tuple[str, str, str], holder_id: str, version: Any, parts: ValueParts
     ) -> None:
-        self.put_many(where, [(holder_id, version, parts)])
-
-    def put_many(
-        self, where: tuple[str, str, str], found: list[tuple[str, Any, ValueParts]]
-    ) -> None:
-        """Keep the parts of several values (``(holder_id, version, parts)``), the last the
-        most recent."""
+        key = (*where, holder_id, version)
         with self._lock:
-            for holder_id, version, parts in found:
-                key = (*where, holder_id, version)
-                self._parts[key] = parts
-                self._parts.move_to_end(key)
+            self._parts[key] = parts
+            self._parts.move_to_end(key)
             while len(self._parts) > self._size:
                 self._parts.popitem(last=False)
 
+    def keep_bases(
+        self, where: tuple[str, str, str], found: list[tuple[str, Any, ValueParts]]
+    ) -> None:
+        """Keep the parts of the bases a walk went through (``(holder_id, version,
+        parts)``, the last the most recent), evicting only older bases."""
+        with self._lock:
+            for holder_id, version, parts in found:
+                key = (*where, holder_id, version)
+                self._bases[key] = parts
+                self._bases.move_to_end(key)
+            while len(self._bases) > self._bases_size:
+                self._bases.popitem(last=False)
+
     def forget_thread(self, thread_id: str) -> None:
         with self._lock:
-            for key in [k for k in self._parts if k[0] == thread_id]:
-                del self._parts[key]
+            for kept in (self._parts, self._bases):
+                for key in [k for k in kept if k[0] == thread_id]:
+                    del kept[key]
 
 
 def value_parts(

@@ -70,3 +70,53 @@ def test_adjacent_damaged_entries_are_named_each_on_its_own(tmp_path):
     reader = FileStorage(tmp_path / "store")
     assert [reader.read(key) is not None for key in keys] == [True, True, True]
     assert reader.read(keys[2]) == b"record of " + keys[2].encode() * 4
+
+
+class _CountedCrc:
+    """``zlib`` for ``storage.log.entries``, counting the entry checksums it computes."""
+
+    def __init__(self) -> None:
+        import zlib
+
+        self.zlib = zlib
+        self.calls = 0
+
+    def crc32(self, data, value=0):
+        self.calls += 1
+        return self.zlib.crc32(data, value)
+
+
+def test_opening_a_log_with_damaged_entries_at_its_end_checks_each_entry_once(
+    tmp_path, monkeypatch
+):
+    """The newest entries damaged (the last writes before a crash, say): the tail is read
+    more than once (the first window, then all of it, then again once the parity is
+    asked whether it was synced), and each damaged entry is met twice in a scan (while
+    looking for an intact one after it, then to name it). Bytes read again unchanged are
+    not scanned again, and a scan names the damaged entries from what its search found:
+    every entry's checksum is computed once to open the thread."""
+    from langgraph_checkpoint_verified import FileStorage
+    from langgraph_checkpoint_verified.storage.log import entries as log_entries
+
+    storage = FileStorage(tmp_path / "store", fsync=False)
+    keys = [f"threads/t/ns/~/checkpoints/{n:03}.ckpt" for n in range(30)]
+    for key in keys:
+        storage.write(key, b"record of " + key.encode() * 4)
+    log = tmp_path / "store" / "threads" / "t" / "log"
+    lose_parity(log)
+    data = bytearray(log.read_bytes())
+    written, _, _ = scan(bytes(data))
+    for entry in written[20:]:
+        data[entry.data_offset + 3] ^= 0xFF
+    log.write_bytes(bytes(data))
+    _, damaged, _ = scan(bytes(data))
+    assert [span.key for span in damaged] == keys[20:]
+    assert {span.reason for span in damaged} == {"entry checksum mismatch"}
+
+    counted = _CountedCrc()
+    monkeypatch.setattr(log_entries, "zlib", counted)
+    reader = FileStorage(tmp_path / "store", fsync=False)
+    assert reader.read(keys[0]) == b"record of " + keys[0].encode() * 4
+    # one per entry to open the thread, and one for the entry read
+    assert counted.calls == len(keys) + 1
+    assert reader.read(keys[25]) is not None, "a damaged entry reads as its damaged bytes"

@@ -194,6 +194,9 @@ def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[Da
     end = start
     # no entry starts in the zeros data ends with: a search for the next one stops there
     zeros = None
+    # why each entry header met while resynchronizing is not an intact entry's, so that
+    # naming the damaged entries does not check them again
+    failed: dict[int, str] = {}
     while offset < len(view):
         found = _entry_at(view, offset)
         if isinstance(found, Entry):
@@ -202,7 +205,7 @@ def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[Da
             continue
         if zeros is None:
             zeros = zeros_start(raw)
-        following = _next_entry(raw, view, offset + 1, zeros)
+        following = _next_entry(raw, view, offset + 1, zeros, failed)
         if following is None:
             # Nothing intact after it. Entries complete by their own headers were
             # written whole, and may have been acknowledged: damage, reported and
@@ -210,11 +213,12 @@ def scan(data: bytes | memoryview, start: int = 0) -> tuple[list[Entry], list[Da
             # start none) is a write cut short: a torn tail.
             complete = _complete_run_end(view, offset)
             if complete > offset:
-                damaged.extend(_split(raw, view, offset, complete, found))
+                damaged.extend(_split(raw, view, offset, complete, found, failed))
                 end = complete
             break
-        damaged.extend(_split(raw, view, offset, following.offset, found))
-        offset = following.offset
+        damaged.extend(_split(raw, view, offset, following.offset, found, failed))
+        entries.append(following)  # checked already: on from the entry after it
+        offset = end = following.end
     return entries, damaged, end
 
 
@@ -227,20 +231,27 @@ def _complete_run_end(view: memoryview, offset: int) -> int:
         offset = declared
 
 
-def _split(raw: bytes, view: memoryview, start: int, end: int, reason: str) -> list[DamagedSpan]:
+def _split(
+    raw: bytes, view: memoryview, start: int, end: int, reason: str, failed: dict[int, str]
+) -> list[DamagedSpan]:
     """A damaged stretch as the entries it still shows: one span from each header that
-    reads (and names a key) to the next, so each damaged record is named on its own."""
-    starts = [start]
+    reads (and names a key) to the next, so each damaged record is named on its own
+    (``failed``: why the entries checked before were not intact, by offset)."""
+    starts = [(start, _claimed_key(view, start))]
     at = raw.find(ENTRY_MAGIC, start + 1, end)
     while at != -1:
         declared = _declared_end(view, at)
-        if declared is not None and declared <= end and _claimed_key(view, at) is not None:
-            starts.append(at)
+        if declared is not None and declared <= end:
+            key = _claimed_key(view, at)
+            if key is not None:
+                starts.append((at, key))
         at = raw.find(ENTRY_MAGIC, at + 1, end)
     spans = []
-    for first, (left, right) in enumerate(zip(starts, [*starts[1:], end], strict=True)):
-        why = reason if first == 0 else _why_not(view, left)
-        spans.append(DamagedSpan(offset=left, end=right, key=_claimed_key(view, left), reason=why))
+    for first, ((left, key), right) in enumerate(
+        zip(starts, [at for at, _ in starts[1:]] + [end], strict=True)
+    ):
+        why = reason if first == 0 else failed.get(left) or _why_not(view, left)
+        spans.append(DamagedSpan(offset=left, end=right, key=key, reason=why))
     return spans
 
 
@@ -249,9 +260,11 @@ def _why_not(view: memoryview, offset: int) -> str:
     return found if isinstance(found, str) else "entry checksum mismatch"
 
 
-def _next_entry(raw: bytes, view: memoryview, offset: int, limit: int) -> Entry | None:
+def _next_entry(
+    raw: bytes, view: memoryview, offset: int, limit: int, failed: dict[int, str]
+) -> Entry | None:
     """The first intact entry at or after ``offset`` and starting before ``limit``
-    (resynchronization)."""
+    (resynchronization); why each header met before it is not one goes to ``failed``."""
     while True:
         found_at = raw.find(ENTRY_MAGIC, offset, limit)
         if found_at < 0:
@@ -259,6 +272,7 @@ def _next_entry(raw: bytes, view: memoryview, offset: int, limit: int) -> Entry 
         found = _entry_at(view, found_at)
         if isinstance(found, Entry):
             return found
+        failed[found_at] = found
         offset = found_at + 1
 
 

@@ -62,16 +62,17 @@ def read_tail(
     ``base`` (a hint's coverage): the first window reaches where the parity's records
     do, which is about where the entries synced end (``ParityFile.extent``).
     """
+    scans = _Scans()
     if window:
         first = TAIL_WINDOW
         if far:
             # past the last stripe with a record by a block: room seen, if it is there
             first = max(first, parity.extent() + BLOCK_SIZE - base)
-        up_to_room = _read_up_to_room(fd, parity, base, size, first)
+        up_to_room = _read_up_to_room(fd, parity, base, size, first, scans)
         if up_to_room is not None:
             return up_to_room
     data = os.pread(fd, size - base, base)
-    entries, damaged, end = scan(data)
+    entries, damaged, end = scans.scan(data)
     cut: int | None = None
     if _trailing(entries, damaged, data):
         # Entries complete by their headers but failing their checksums, then only
@@ -80,7 +81,7 @@ def read_tail(
         # parity written (after their sync): asked first, then the bytes read again.
         synced = parity.covers_beyond(base + _trailing(entries, damaged, data)[0].offset)
         data = os.pread(fd, size - base, base)
-        entries, damaged, end = scan(data)
+        entries, damaged, end = scans.scan(data)
         doubtful = _trailing(entries, damaged, data)
         if doubtful and (synced is False or (synced is None and _unfinished(data, doubtful))):
             cut = doubtful[0].offset  # never synced: a torn tail, from there on
@@ -105,7 +106,29 @@ def read_tail(
     return Tail(data, entries, damaged, end, room=room, healed=healed)
 
 
-def _read_up_to_room(fd: int, parity: ParityFile, base: int, size: int, window: int) -> Tail | None:
+class _Scans:
+    """``scan`` of the bytes read from ``base``, done once for bytes read again unchanged:
+    a tail holding damage is read several times (a window, the whole of it, again after
+    asking the parity), and scanning damage checks each entry more than once."""
+
+    def __init__(self) -> None:
+        self._last: tuple[bytes, tuple[builtins.list[Entry], builtins.list[DamagedSpan], int]]
+        self._last = (b"", ([], [], 0))
+
+    def scan(
+        self, data: bytes, start: int = 0
+    ) -> tuple[builtins.list[Entry], builtins.list[DamagedSpan], int]:
+        if start == 0 and data == self._last[0]:
+            return self._last[1]
+        found = scan(data, start)
+        if start == 0:
+            self._last = (data, found)
+        return found
+
+
+def _read_up_to_room(
+    fd: int, parity: ParityFile, base: int, size: int, window: int, scans: _Scans
+) -> Tail | None:
     """The intact entries from ``base`` and the room after them, read a window at a time
     (``window`` bytes, then twice as much each time); ``None`` if anything but intact
     entries and room is found."""
@@ -114,7 +137,7 @@ def _read_up_to_room(fd: int, parity: ParityFile, base: int, size: int, window: 
     end = 0
     while len(data) < size - base:
         data += os.pread(fd, min(window, size - base - len(data)), base + len(data))
-        found, damaged, end = scan(data, end)  # from the entry the last window cut
+        found, damaged, end = scans.scan(data, end)  # from the entry the last window cut
         if damaged:
             return None
         entries += found

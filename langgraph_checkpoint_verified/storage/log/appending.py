@@ -369,7 +369,7 @@ class LogAppender:
         """Append the log's retirement (``RETIRED_NAME``) before its file leaves its path
         (caller holds its flock, through to the rename): whoever knew the log up to here
         reads it, and looks at the path again."""
-        thread_key = os.path.relpath(log.directory, self.files.location(""))
+        thread_key = log.thread_key
         self._settle(log)  # the file it was appended to is still the log's
         self.append_locked(
             log, fd, size, [(DELETE, f"{thread_key}/{RETIRED_NAME}", b"")], durable=False

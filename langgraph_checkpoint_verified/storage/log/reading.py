@@ -204,7 +204,7 @@ class LogReader:
         log.hint_end = log.hint_size = 0
         made_here, log.made_here = log.made_here, False  # true of this reading only
         if not made_here:
-            thread_key = os.path.relpath(log.directory, self.files.location(""))
+            thread_key = log.thread_key
             for key, path in self._record_files(log.directory, thread_key, names):
                 log.index[key] = path
         if fd is None:
@@ -222,7 +222,7 @@ class LogReader:
     def _read_whole(self, log: ThreadLog) -> KeyDirectory:
         """The key directory of the log up to where it was read, from the log alone (a
         block of its hint did not verify)."""
-        scratch = ThreadLog(log.directory)
+        scratch = ThreadLog(log.directory, log.thread_key)
         scratch.fd, scratch.ino, scratch.built = log.fd, log.ino, True
         assert log.fd is not None
         self.read_tail(scratch, log.fd, log.end)  # leaves a new hint, as any full read
@@ -273,7 +273,7 @@ class LogReader:
         if tail.healed:
             self._healed(log, tail.healed, None)
         log.room, log.size = tail.room, size
-        thread_key = os.path.relpath(log.directory, self.files.location(""))
+        thread_key = log.thread_key
         if tail.damaged or not self._apply_entries(log, base, tail.entries, thread_key):
             self._apply_in_order(log, base, tail, thread_key)
         log.end = base + tail.end
@@ -330,7 +330,7 @@ class LogReader:
     def _found_damage(self, log: ThreadLog, base: int, span: DamagedSpan, data: bytes) -> None:
         raw = data[span.offset : span.end]
         key = span.key
-        thread_key = os.path.relpath(log.directory, self.files.location(""))
+        thread_key = log.thread_key
         if key is not None and thread_dir_key(key) == thread_key:
             # The entry's frame is broken but it still says whose it is: its key
             # now reads back as the damaged stretch, byte for byte, which does not
@@ -420,7 +420,7 @@ class LogReader:
     def read_afresh(self, thread_key: str) -> ThreadLog | None:
         """A full, silent read of a thread's log (not the key directory, which a hint may
         have filled): what every entry and every damaged stretch in it is, as of now."""
-        scratch = ThreadLog(self.files.location(thread_key))
+        scratch = ThreadLog(self.files.location(thread_key), thread_key)
         try:
             scratch.fd = os.open(scratch.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except (FileNotFoundError, NotADirectoryError):

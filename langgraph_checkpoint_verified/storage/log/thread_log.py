@@ -64,9 +64,10 @@ class DamagedEntry(NamedTuple):
 class ThreadLog:
     """One thread's log as this process knows it."""
 
-    def __init__(self, directory: str, thread_key: str = "") -> None:
+    def __init__(self, directory: str, thread_key: str) -> None:
         self.directory = directory
         self.thread_key = thread_key
+        """The thread's key in the store (``threads/<T>``), which its entries' keys start with."""
         self.path = f"{directory}/{LOG_NAME}"
         self.fd: int | None = None
         self.ino: int | None = None

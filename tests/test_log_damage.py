@@ -90,11 +90,12 @@ def test_opening_a_log_with_damaged_entries_at_its_end_checks_each_entry_once(
     tmp_path, monkeypatch
 ):
     """The newest entries damaged (the last writes before a crash, say): the tail is read
-    more than once (the first window, then all of it, then again once the parity is
-    asked whether it was synced), and each damaged entry is met twice in a scan (while
-    looking for an intact one after it, then to name it). Bytes read again unchanged are
-    not scanned again, and a scan names the damaged entries from what its search found:
-    every entry's checksum is computed once to open the thread."""
+    more than once (all of it, then again once the parity is asked whether it was
+    synced; past a hint, a first window before them), and each damaged entry is met
+    twice in a scan (while looking for an intact one after it, then to name it). Bytes
+    read again unchanged are not scanned again, and a scan names the damaged entries
+    from what its search found: every entry's checksum is computed once to open the
+    thread."""
     from langgraph_checkpoint_verified import FileStorage
     from langgraph_checkpoint_verified.storage.log import entries as log_entries
 

@@ -2,7 +2,9 @@
 
 A saver keeps the value a serialized part deserialized to once that part has
 been read twice, and hands out deep copies of it. Counted here:
-deserializations per read (none from the third read of unchanged bytes on).
+deserializations per read (none from the third read of unchanged bytes on), and
+the looks a read of a value of many parts takes at what is kept (one for them
+all).
 Checked: a copy equals a new deserialization and shares no mutable object with
 it or with another read; what a caller does to its copy is never seen by the
 next read; a value holding anything that cannot be copied for certain is
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import itertools
 import uuid
 from typing import Any
 
@@ -31,7 +34,9 @@ from langgraph_checkpoint_verified.engine.decoded_values import (
     Uncopyable,
     plain_copy,
 )
+from langgraph_checkpoint_verified.errors import RecordDamagedError
 from langgraph_checkpoint_verified.records import keys
+from langgraph_checkpoint_verified.records.values import join_parts
 
 THREAD = {"configurable": {"thread_id": "t"}}
 
@@ -235,6 +240,106 @@ def test_the_kept_values_stay_within_their_byte_bound():
     values.loads(serde, parts[-1])  # kept
     values.loads(serde, parts[0])  # dropped long ago: deserialized again
     assert serde.loads == before + 1
+
+
+class Copied:
+    """What the test's copy makes of an item: it says which item it came from."""
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+    def __eq__(self, other: object) -> bool:
+        return (other.item if isinstance(other, Copied) else other) == self.item
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def random_chain(rng, length: int) -> tuple[list[list[str]], list[tuple[Any, Any, int]]]:
+    """Pieces and parts of a chain: a whole list, then extensions, some of them windows;
+    every item a string of its own."""
+    names = (f"i{n}" for n in itertools.count())
+    pieces = [[next(names) for _ in range(rng.randrange(0, 4))]]
+    parts: list[tuple[Any, Any, int]] = [(("msgpack", b""), None, 0)]
+    count = len(pieces[0])
+    for _ in range(length - 1):
+        start = rng.randrange(0, count + 1) if rng.random() < 0.3 else 0
+        pieces.append([next(names) for _ in range(rng.randrange(0, 4))])
+        parts.append((("msgpack", b""), count, start))
+        count = count - start + len(pieces[-1])
+    return pieces, parts
+
+
+def test_kept_pieces_join_as_copies_into_the_same_value_as_fresh_ones():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(400):
+        pieces, parts = random_chain(rng, rng.randrange(1, 12))
+        shared = [rng.random() < 0.6 for _ in pieces]
+        copies: list[int] = []
+
+        def copy_items(items: list[Any], copies: list[int] = copies) -> list[Any]:
+            copies.append(len(items))
+            return [Copied(item) for item in items]
+
+        expected = join_parts([list(p) for p in pieces], parts)
+        joined = join_parts([list(p) for p in pieces], parts, shared, copy_items)
+        assert joined == expected
+        if len(pieces) == 1:
+            continue
+        # an item is copied exactly when it came from a shared piece, each run of shared
+        # pieces copied at once
+        runs = sum(1 for i, kept in enumerate(shared) if kept and (i == 0 or not shared[i - 1]))
+        assert len(copies) <= runs
+        fresh = {
+            item for piece, kept in zip(pieces, shared, strict=True) if not kept for item in piece
+        }
+        for item in joined:
+            assert isinstance(item, Copied) or item in fresh
+
+
+def test_a_chain_that_does_not_fit_is_damage_whether_its_pieces_are_kept_or_not():
+    parts = [(("msgpack", b""), None, 0), (("msgpack", b""), 3, 0)]
+    for shared in ([False, False], [True, True], [True, False], [False, True]):
+        with pytest.raises(RecordDamagedError, match="expects 3 items before it, found 2"):
+            join_parts([["a", "b"], ["c"]], parts, shared, list)
+        with pytest.raises(RecordDamagedError, match="holds a dict"):
+            join_parts([["a", "b", "c"], {"c": 1}], parts, shared, list)
+        with pytest.raises(RecordDamagedError, match="base is a str"):
+            join_parts(["abc", ["d"]], parts, shared, list)
+
+
+class CountingLock:
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self.taken = 0
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self.taken += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_a_value_of_many_kept_parts_is_looked_up_once_and_copied_together(tmp_path, backend):
+    serde = CountingSerializer()
+    saver = make_saver(backend, tmp_path, serde=serde)
+    put_chat(saver, 30)  # the messages: a whole list, then 29 extensions of one message
+    first = saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"]
+    second = saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"]
+    lock = saver.engine.decoded._lock = CountingLock()
+    before = serde.loads
+    third = saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"]
+    # the 30 parts, all kept by now: one look for them all, none deserialized again (the
+    # checkpoint and its metadata are: 2)
+    assert (lock.taken, serde.loads - before) == (1, 2)
+    assert [m.content for m in third] == [f"m{n}" for n in range(1, 31)]
+    assert first == second == third
+    assert not mutable_ids(second) & mutable_ids(third)
 
 
 # -- through the saver -----------------------------------------------------------------------

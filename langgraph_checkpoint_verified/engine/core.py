@@ -38,14 +38,13 @@ from langgraph_checkpoint_verified.engine.writes import CheckpointWriter
 from langgraph_checkpoint_verified.errors import CheckpointDamagedError, RecordDamagedError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import Codec
-from langgraph_checkpoint_verified.records.kinds import Typed
 from langgraph_checkpoint_verified.records.values import (
     DEFAULT_MAX_CHAIN,
     WINDOW_CHAIN,
     ListMemory,
     PartsCache,
+    ValueParts,
     is_empty,
-    load_value,
 )
 from langgraph_checkpoint_verified.storage.base import Storage
 from langgraph_checkpoint_verified.storage.crossing import run_off_loop
@@ -470,7 +469,7 @@ class Engine:
             return None
         try:
             channel_values = {
-                ch: load_value(self.load_value, value_parts)
+                ch: self.load_value(value_parts)
                 for ch, value_parts in entries.items()
                 if values and not is_empty(value_parts)
             }
@@ -506,9 +505,9 @@ class Engine:
             pending_writes=pending_writes,
         )
 
-    def load_value(self, part: Typed) -> Any:
-        """One serialized part of a value, deserialized (or copied from a kept decode)."""
-        return self.decoded.loads(self.serde, part)
+    def load_value(self, parts: ValueParts) -> Any:
+        """A value from its serialized parts, deserialized (or copied from kept decodes)."""
+        return self.decoded.load(self.serde, parts)
 
     # -- writing ---------------------------------------------------------------
 

@@ -16,6 +16,11 @@ copied: immutable scalars, lists, dicts, tuples and pydantic models with
 pydantic's own deep copy (LangChain's messages). A value holding anything else
 is deserialized at every read, as before.
 
+A value stored as many parts (a chat's messages: one part per step that added
+some) is read with one look at what is kept for all its parts, and the items of
+the kept ones are copied together (``load``): the work of a read is then the
+copies, not the parts.
+
 Parts are kept by identity (the serialized part object itself, which the
 record cache keeps while its bytes verify) and by serializer: a saver cloned
 by ``with_allowlist`` deserializes with its own allowlist.
@@ -36,6 +41,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from pydantic import BaseModel
 
 from langgraph_checkpoint_verified.records.kinds import Typed
+from langgraph_checkpoint_verified.records.values import ValueParts, join_parts
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """Serialized bytes of the parts whose values are kept (or noted as read once).
@@ -133,7 +139,13 @@ def _copy_fields(fields: dict[str, Any]) -> dict[str, Any]:
     its values immutable, so it is copied whole and only the others replaced."""
     copied = fields.copy()
     for name, item in fields.items():
-        if type(item) not in _IMMUTABLE:
+        kind = type(item)
+        if kind in _IMMUTABLE:
+            continue
+        if not item and (kind is dict or kind is list):
+            # a message's ``additional_kwargs``, ``tool_calls``, ...: mostly empty
+            copied[name] = {} if kind is dict else []
+        else:
             copied[name] = plain_copy(item)
     return copied
 
@@ -235,6 +247,48 @@ class DecodedValues:
                 kept = _NOT_COPYABLE
             self._keep(key, part, serde, kept)
         return value
+
+    def load(self, serde: SerializerProtocol, parts: ValueParts) -> Any:
+        """The value of ``parts`` (``records.values.value_parts``): what ``loads`` gives
+        for each, joined; the items of the parts kept are copied together, not part by
+        part (a chat's messages are a part each, most of them kept).
+
+        Example:
+            >>> from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+            >>> serde = JsonPlusSerializer()
+            >>> parts = [(serde.dumps_typed(["a"]), None, 0), (serde.dumps_typed(["b"]), 1, 0)]
+            >>> values = DecodedValues()
+            >>> [values.load(serde, parts) for _ in range(3)]
+            [['a', 'b'], ['a', 'b'], ['a', 'b']]
+        """
+        if len(parts) == 1:
+            return self.loads(serde, parts[0][0])
+        kept = self._kept(serde, parts)
+        pieces = [
+            found.value if found is not None else self.loads(serde, typed)
+            for found, (typed, _, _) in zip(kept, parts, strict=True)
+        ]
+        return join_parts(pieces, parts, [found is not None for found in kept], _copy_list)
+
+    def _kept(self, serde: SerializerProtocol, parts: ValueParts) -> list[_Kept | None]:
+        """The kept value of each part, if it has one (one look, under the lock, for all)."""
+        serde_id = id(serde)
+        found: list[_Kept | None] = []
+        with self._lock:
+            for part, _, _ in parts:
+                key = (id(part), serde_id)
+                entry = self._entries.get(key)
+                if (
+                    entry is not None
+                    and entry[0] is part
+                    and entry[1] is serde
+                    and type(entry[2]) is _Kept
+                ):
+                    self._entries.move_to_end(key)
+                    found.append(entry[2])
+                else:
+                    found.append(None)
+        return found
 
     def _keep(
         self, key: tuple[int, int], part: Typed, serde: SerializerProtocol, state: Any

@@ -26,7 +26,7 @@ from langgraph_checkpoint_verified.engine.reads import Unusable
 from langgraph_checkpoint_verified.errors import CheckpointDamagedError, RecordDamagedError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.kinds import CheckpointRecord
-from langgraph_checkpoint_verified.records.values import is_empty, load_value
+from langgraph_checkpoint_verified.records.values import is_empty
 
 
 def delta_channel_history(
@@ -103,7 +103,7 @@ def delta_history(
             try:
                 parts = engine.reader.resolve(record, channel, holders)
                 if not is_empty(parts):
-                    found_here[channel] = load_value(engine.load_value, parts)
+                    found_here[channel] = engine.load_value(parts)
             except Unusable as unusable:
                 raise cannot_use(current, unusable.reason) from None
             except RecordDamagedError as exc:

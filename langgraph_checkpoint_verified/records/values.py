@@ -39,7 +39,7 @@ from __future__ import annotations
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -381,24 +381,60 @@ def value_parts(
 
 
 def load_value(loads: Callable[[Typed], Any], parts: ValueParts) -> Any:
-    """Deserialize a value from its parts (see ``value_parts``) with ``loads``
-    (a serializer's ``loads_typed``, or ``DecodedValues.loads`` bound to one)."""
-    value = loads(parts[0][0])
-    if len(parts) == 1:
-        return value
-    if type(value) is not list:
-        raise RecordDamagedError(f"an extended value's base is a {type(value).__name__}")
-    for typed, base_count, start in parts[1:]:
-        if len(value) != base_count:
-            raise RecordDamagedError(
-                f"an extension expects {base_count} items before it, found {len(value)}"
-            )
-        items = loads(typed)
-        if type(items) is not list:
-            raise RecordDamagedError(f"an extension holds a {type(items).__name__}")
-        if start:
-            del value[:start]
-        value.extend(items)
+    """Deserialize a value from its parts (see ``value_parts``) with ``loads`` (a
+    serializer's ``loads_typed``)."""
+    return join_parts([loads(typed) for typed, _, _ in parts], parts)
+
+
+def join_parts(
+    pieces: list[Any],
+    parts: ValueParts,
+    shared: Sequence[bool] = (),
+    copy_items: Callable[[list[Any]], list[Any]] = list,
+) -> Any:
+    """The value ``parts`` (see ``value_parts``) make, from what each deserialized to.
+
+    ``shared[i]`` true: piece ``i`` is not the caller's to hand out (a value kept from
+    an earlier read): its items go into the value as ``copy_items`` copies them, given
+    the items of a run of such pieces at once.
+
+    Example:
+        >>> typed = ("msgpack", b"")
+        >>> parts = [(typed, None, 0), (typed, 2, 0), (typed, 3, 1)]  # a window drops "a"
+        >>> join_parts([["a", "b"], ["c"], ["d"]], parts)
+        ['b', 'c', 'd']
+        >>> join_parts([["a", "b"], ["c"]], parts[:2], shared=[True, False], copy_items=list)
+        ['a', 'b', 'c']
+    """
+    first = pieces[0]
+    if len(pieces) == 1:
+        return copy_items([first])[0] if shared and shared[0] else first
+    if type(first) is not list:
+        raise RecordDamagedError(f"an extended value's base is a {type(first).__name__}")
+    value: list[Any] = []
+    run: list[Any] = []  # the items of shared pieces, not copied yet: they follow ``value``
+    for i, (piece, (_, base_count, start)) in enumerate(zip(pieces, parts, strict=True)):
+        if i:
+            if len(value) + len(run) != base_count:
+                raise RecordDamagedError(
+                    f"an extension expects {base_count} items before it, "
+                    f"found {len(value) + len(run)}"
+                )
+            if type(piece) is not list:
+                raise RecordDamagedError(f"an extension holds a {type(piece).__name__}")
+            if start:
+                cut = min(start, len(value))
+                del value[:cut]
+                del run[: start - cut]
+        if i < len(shared) and shared[i]:
+            run.extend(piece)
+            continue
+        if run:
+            value.extend(copy_items(run))
+            run = []
+        value.extend(piece)
+    if run:
+        value.extend(copy_items(run))
     return value
 
 

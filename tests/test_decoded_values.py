@@ -348,13 +348,41 @@ def test_get_tuple_of_an_unchanged_checkpoint_stops_deserializing_its_values(tmp
         reads.append(saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"])
         counts.append(serde.loads - before)
     # each read deserializes the checkpoint and the metadata; the messages (three
-    # parts: the first list, then two extensions) only on the first two reads
-    assert counts == [counts[0], counts[0], counts[0] - 3, counts[0] - 3, counts[0] - 3]
+    # parts: the first list, then two extensions), written here, on the first read only
+    assert counts == [counts[0], counts[0] - 3, counts[0] - 3, counts[0] - 3, counts[0] - 3]
+    assert saver.engine.decoded.deserialized == 3
     assert [m.content for m in reads[-1]] == ["m1", "m2", "m3"]
     reads[3].append(HumanMessage("mine"))
     reads[3][0].content = "changed"
     again = saver.get_tuple(THREAD).checkpoint["channel_values"]["messages"]
     assert [m.content for m in again] == ["m1", "m2", "m3"]
+
+
+def test_values_another_saver_wrote_are_kept_from_their_second_read(tmp_path):
+    # what a saver did not write itself may be read once and never again (a server
+    # looking at many threads): it keeps the values it reads a second time
+    put_chat(make_saver("files", tmp_path), 3)
+    serde = CountingSerializer()
+    reader = VerifiedSaver(tmp_path / "store", fsync=False, serde=serde)
+    counts = []
+    for _ in range(3):
+        before = serde.loads
+        reader.get_tuple(THREAD)
+        counts.append(serde.loads - before)
+    assert counts == [counts[0], counts[0], counts[0] - 3]
+    assert reader.engine.decoded.deserialized == 6
+
+
+def test_a_put_marks_only_the_parts_it_stored_as_its_own(tmp_path):
+    saver = make_saver("files", tmp_path)
+    put_chat(saver, 3)
+    saver.get_tuple(THREAD)
+    # a new list part per put (the first list, then two extensions): no part twice
+    assert saver.engine.decoded.deserialized == 3
+    saver.engine.decoded.clear()  # forgotten (as when the cache is full): as any reader
+    saver.get_tuple(THREAD)
+    saver.get_tuple(THREAD)
+    assert saver.engine.decoded.deserialized == 9
 
 
 def test_damage_after_values_are_kept_is_still_found(tmp_path):

@@ -9,7 +9,9 @@ hands out the same decoded record while a record's bytes are unchanged.
 
 A value whose serialized part is read a second time is kept, privately, and
 from then on each read gets a deep copy of it instead of a new
-deserialization. A copy is exactly what a new deserialization would return
+deserialization. A part this process wrote is kept from its first read: it
+is the newest of its thread, which the next ``invoke`` reads, and every one
+after it (``written``). A copy is exactly what a new deserialization would return
 (msgpack holds no shared references, so neither does the copy) and shares
 nothing with the kept value or with another reader's copy. Only plain data is
 copied: immutable scalars, lists, dicts, tuples and pydantic models with
@@ -224,6 +226,9 @@ class DecodedValues:
         )
         self._bytes = 0
         self._lock = threading.Lock()
+        self.deserialized = 0
+        """How many parts were deserialized, not copied (counted, not timed: tests pin
+        it down; threads reading at once may miss a count)."""
 
     def loads(self, serde: SerializerProtocol, part: Typed) -> Any:
         """``serde.loads_typed(part)``, or a copy of the value it gave before."""
@@ -237,6 +242,7 @@ class DecodedValues:
                 state = None
         if type(state) is _Kept:
             return plain_copy(state.value)
+        self.deserialized += 1
         value = serde.loads_typed(part)
         if state is None:
             self._keep(key, part, serde, _READ_ONCE)
@@ -247,6 +253,23 @@ class DecodedValues:
                 kept = _NOT_COPYABLE
             self._keep(key, part, serde, kept)
         return value
+
+    def written(self, serde: SerializerProtocol, part: Typed) -> None:
+        """Note ``part``, just serialized with ``serde`` and stored: its first read keeps
+        its value, as if it were its second (the read that follows a write is not the
+        last: each ``invoke`` of its thread starts by reading it again).
+
+        Example:
+            >>> from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+            >>> serde = JsonPlusSerializer()
+            >>> part = serde.dumps_typed([{"role": "user"}])
+            >>> values = DecodedValues()
+            >>> values.written(serde, part)
+            >>> first, second = (values.loads(serde, part) for _ in range(2))
+            >>> first == second, values.deserialized
+            (True, 1)
+        """
+        self._keep((id(part), id(serde)), part, serde, _READ_ONCE)
 
     def load(self, serde: SerializerProtocol, parts: ValueParts) -> Any:
         """The value of ``parts`` (``records.values.value_parts``): what ``loads`` gives

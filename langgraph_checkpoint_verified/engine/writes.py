@@ -113,6 +113,7 @@ class CheckpointWriter:
                     parent_refs.get(channel),
                     serde,
                 )
+                self.reader.decoded.written(serde, stored.typed)
                 if type(channel_values[channel]) is list:
                     self._remember_parts(where, checkpoint_id, stored)
             elif inherited is not None:

@@ -116,7 +116,7 @@ class Engine:
             window_chain=getattr(storage, "window_chain_limit", WINDOW_CHAIN),
         )
         self.parts = PartsCache()
-        # Values read more than once: copied, not deserialized again.
+        # Values read more than once, or written here and read: copied, not deserialized again.
         self.decoded = DecodedValues()
         # The newest checkpoint read per thread and namespace, while the thread is unchanged.
         self.newest = NewestCheckpoints()

@@ -206,7 +206,7 @@ _NOT_COPYABLE = object()
 
 
 class DecodedValues:
-    """Deserializes serialized parts, keeping the values of the ones read more than once.
+    """Deserializes serialized parts, keeping the values of those read again or written here.
 
     Example:
         >>> from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer

@@ -192,13 +192,13 @@ def test_a_first_read_fetches_a_chain_of_records_a_few_round_trips(fault_proxy, 
         assert reader.storage.greatest_name(checkpoints) == newest.rpartition("/")[2]
         assert reader.storage.read(newest) is not None  # the head, the LIST, the newest
         batches: list[int] = []
-        get_many = reader.storage._get_many
+        get_many = reader.storage.bucket.get_many
 
         def recorded(keys):
             batches.append(len(keys))
             return get_many(keys)
 
-        reader.storage._get_many = recorded
+        reader.storage.bucket.get_many = recorded
         fault_proxy.clear_counts()
         fault_proxy.gather_next(2, method="GET", guard_seconds=30)
         found = call(reader)

@@ -235,14 +235,14 @@ def test_on_s3_a_get_lists_no_more_when_the_label_holds_more_batches(s3_bucket):
     ns = ("users", "ada")
     store.put(ns, "k0", {"i": 0})
     listed: list[int] = []  # names each LIST returned (what a bucket's LIST costs)
-    real_list_meta = store.storage._list_meta
+    real_list_meta = store.storage.bucket.list_meta
 
     def counting_list_meta(*args, **kwargs):
         found = real_list_meta(*args, **kwargs)
         listed.append(len(found))
         return found
 
-    store.storage._list_meta = counting_list_meta
+    store.storage.bucket.list_meta = counting_list_meta
     assert store.get(ns, "k0").value == {"i": 0}
     small = sum(listed)
     assert len(listed) == 1 and small <= 1  # one LIST, of the batch this process wrote

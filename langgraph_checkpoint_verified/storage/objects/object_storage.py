@@ -22,8 +22,8 @@ Writes are conditional, so machines never overwrite each other blindly:
   ``PUT`` most of the time.
 
 What this process wrote, and what it read, it keeps with the ETag the store gave
-it (``_Known``), and does not ask for again while the store last said so less
-than ``fresh_for`` seconds ago: a ``PUT``'s answer carries the new ETag, and
+it (``objects.known``), and does not ask for again while the store last said so
+less than ``fresh_for`` seconds ago: a ``PUT``'s answer carries the new ETag, and
 each ``LIST`` carries the ETag of every object it names, so reading back a
 record this process just wrote, or just listed unchanged, costs no request.
 Later, the object is revalidated: a ``HEAD``, or a ``GET`` with
@@ -33,11 +33,12 @@ object, forgets it at once, so an object rewritten or damaged behind this
 process is read again, and verified, by the next read that lists it (every
 ``get_tuple`` of a namespace's newest checkpoint does).
 
-An acknowledged write is durable when S3 acknowledges it. Requests are retried
-by obstore (a 5xx, a dropped connection, with backoff); when the store cannot be
-reached after that, reads and writes raise ``StoreUnavailableError``: an
-unreachable store is never taken for a damaged or missing record, so a thread
-never falls back to an older checkpoint because the network failed.
+An acknowledged write is durable when S3 acknowledges it. Requests
+(``objects.bucket``) are retried by obstore (a 5xx, a dropped connection, with
+backoff); when the store cannot be reached after that, reads and writes raise
+``StoreUnavailableError``: an unreachable store is never taken for a damaged or
+missing record, so a thread never falls back to an older checkpoint because the
+network failed.
 
 Called from the saver's async twins, the core runs on the store's own event loop
 thread and every request goes through obstore's async API, awaited there
@@ -51,50 +52,28 @@ for maintenance).
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import builtins
 import contextlib
-import errno
-import os
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from langgraph_checkpoint_verified.errors import StoreUnavailableError, StoreWriteError
+from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.records.keys import MEMORIES_PREFIX
 from langgraph_checkpoint_verified.storage import async_bridge
-from langgraph_checkpoint_verified.storage.async_bridge import (
-    SharedExclusiveLock,
-    await_io,
-    in_core_greenlet,
-)
+from langgraph_checkpoint_verified.storage.async_bridge import SharedExclusiveLock
 from langgraph_checkpoint_verified.storage.base import OneRecordPerWrite
-
-try:
-    import obstore
-    from obstore.exceptions import (
-        AlreadyExistsError,
-        NotFoundError,
-        NotModifiedError,
-        PermissionDeniedError,
-        PreconditionError,
-        UnauthenticatedError,
-    )
-
-    _REFUSED: tuple[type[BaseException], ...] = (
-        PermissionDeniedError,
-        UnauthenticatedError,
-        PermissionError,
-    )
-except ImportError:  # pragma: no cover - the [s3] extra is not installed
-    obstore = None  # type: ignore[assignment]
-    _REFUSED = (PermissionError,)
+from langgraph_checkpoint_verified.storage.objects.bucket import (
+    UNCHANGED,
+    Bucket,
+    WriteConflict,
+    open_store,
+    require_obstore,
+)
+from langgraph_checkpoint_verified.storage.objects.known import KnownObjects
 
 LIST_CHAIN_LIMIT = 16
 """A list stored as what it gained is stored whole again after this many versions: a
@@ -103,7 +82,6 @@ WINDOW_CHAIN_LIMIT = 0
 """A list that also loses items (a window of the latest messages) is stored whole at each
 version: what a window saves is bounded by the window, and each version of its chain
 would be one more request, one after the other, for a machine reading it first."""
-T = TypeVar("T")
 
 HEAD_EVERY = 64
 """A process moves a namespace's head forward once per this many checkpoints it writes."""
@@ -115,47 +93,8 @@ FRESH_FOR = 60.0
 """Seconds during which what the store last said of an object (its ETag, its bytes) is
 taken as still true, without a request: longer than a step of a run, and far shorter
 than the idle time after which maintenance may touch a thread (``docs/s3.md``)."""
-_KNOWN_OBJECTS = 4096
-_KNOWN_BYTES = 32 * 1024 * 1024
 _LISTINGS = 256
 _LISTED_NAMES = 4 * LIST_CHAIN_LIMIT
-
-
-@dataclass
-class _Known:
-    """What the store last said an object is: its ETag and size, its bytes if kept."""
-
-    etag: str
-    size: int
-    data: bytes | None
-    checked: float
-    """``time.monotonic()`` when the store last answered for it (a PUT, GET, HEAD or LIST)."""
-
-
-_UNCHANGED = object()
-
-
-def _refused(location: str, error: BaseException) -> StoreWriteError:
-    """A request the store refused (403, bad credentials): as a file system's EACCES, so a
-    store this process may only read is one, as on disk."""
-    return StoreWriteError(
-        location,
-        PermissionError(
-            errno.EACCES,
-            f"permission denied by the store ({_first_line(error)}): check the "
-            "credentials and the bucket's policy",
-        ),
-    )
-
-
-def _first_line(error: BaseException) -> str:
-    """obstore's message without the debug dump that follows its first line."""
-    return str(error).strip().split("\n", 1)[0]
-
-
-def _require_obstore() -> None:
-    if obstore is None:
-        raise ImportError("S3 stores need obstore: pip install 'langgraph-checkpoint-verified[s3]'")
 
 
 class ObjectStorage(OneRecordPerWrite):
@@ -189,32 +128,23 @@ class ObjectStorage(OneRecordPerWrite):
         fresh_for: float = FRESH_FOR,
         **options: Any,
     ) -> None:
-        _require_obstore()
+        require_obstore()
         if (url is None) == (store is None):
             raise TypeError("pass exactly one of url='s3://bucket/prefix' or store=S3Store(...)")
         if store is None:
-            from obstore.store import S3Store
-
             assert url is not None
-            if not url.startswith("s3://") or len(url) <= len("s3://"):
-                raise ValueError(f"an S3 store is named s3://bucket[/prefix], got {url!r}")
-            if endpoint is not None:
-                options["endpoint"] = endpoint
-                if endpoint.startswith("http://"):
-                    client = dict(options.pop("client_options", None) or {})
-                    client.setdefault("allow_http", True)
-                    options["client_options"] = client
-                options.setdefault("virtual_hosted_style_request", False)
-            if region is not None:
-                options["region"] = region
-            store = S3Store.from_url(url, **options)
-            self.url = url.rstrip("/")
+            store = open_store(url, endpoint=endpoint, region=region, options=options)
+            url = url.rstrip("/")
         else:
-            self.url = f"s3://{getattr(store, 'config', {}).get('bucket', '?')}"
+            url = f"s3://{getattr(store, 'config', {}).get('bucket', '?')}"
             if getattr(store, "prefix", None):
-                self.url += f"/{store.prefix}"
+                url += f"/{store.prefix}"
+        self.url = url
         self.store = store
-        self.fresh_for = float(fresh_for)
+        self.bucket = Bucket(store, url, fetchers=LIST_CHAIN_LIMIT)
+        """The requests (``objects.bucket``)."""
+        self.known = KnownObjects(fresh_for)
+        """What the store last said of each object (``objects.known``)."""
         self.list_chain_limit = LIST_CHAIN_LIMIT
         self.window_chain_limit = WINDOW_CHAIN_LIMIT
         self.awaits_io = async_bridge.AVAILABLE
@@ -226,184 +156,17 @@ class ObjectStorage(OneRecordPerWrite):
         self._newest: dict[str, str] = {}
         """checkpoints prefix -> the newest checkpoint name this process knows of."""
         self._since_head: dict[str, int] = {}
-        self._known: OrderedDict[str, _Known] = OrderedDict()
-        """key -> what the store last said is there (least recently used first)."""
-        self._known_bytes = 0
         self._listed: OrderedDict[str, builtins.list[str]] = OrderedDict()
         """checkpoints prefix -> the names its last LIST from the head returned, sorted."""
         self._ahead: dict[str, tuple[str, int, int]] = {}
         """checkpoints prefix -> (the oldest name its last read ahead fetched, how many,
         how many since the walk began or began again)."""
-        self._fetchers: tuple[int, ThreadPoolExecutor] | None = None
-        """(the process id, its threads for the GETs of a read ahead outside an async twin)."""
         self._state_lock = threading.Lock()
 
-    # -- requests ------------------------------------------------------------
-
-    def _unavailable(self, operation: str, key: str, exc: Exception) -> StoreUnavailableError:
-        return StoreUnavailableError(operation, self.location(key), _first_line(exc))
-
-    def _io(self, call: Callable[[], T], async_call: Callable[[], Awaitable[T]]) -> T:
-        """One request: awaited on the event loop inside an async twin, else blocking."""
-        if in_core_greenlet():
-            return await_io(async_call())
-        return call()
-
-    def _get(self, key: str, *, unless_etag: str | None = None) -> Any:
-        """GET: ``(bytes, etag)``, ``None`` if absent, ``_UNCHANGED`` if the object still
-        has the ETag ``unless_etag`` (``If-None-Match``: a 304, no bytes sent)."""
-        options: Any = {"if_none_match": unless_etag} if unless_etag else None
-
-        def call() -> tuple[bytes, str | None]:
-            result = obstore.get(self.store, key, options=options)
-            return bytes(result.bytes()), result.meta.get("e_tag")
-
-        async def async_call() -> tuple[bytes, str | None]:
-            result = await obstore.get_async(self.store, key, options=options)
-            return bytes(await result.bytes_async()), result.meta.get("e_tag")
-
-        try:
-            return self._io(call, async_call)
-        except (FileNotFoundError, NotFoundError):
-            return None
-        except NotModifiedError:
-            return _UNCHANGED
-        except Exception as exc:
-            raise self._unavailable("read", key, exc) from exc
-
-    def _get_many(self, keys: builtins.list[str]) -> builtins.list[Any]:
-        """``_get`` of each key, the requests in flight together; an error of the first
-        key is raised, those of the others are taken as "not fetched" (``_UNCHANGED``)."""
-        if len(keys) == 1:
-            return [self._get(keys[0])]
-        if in_core_greenlet():
-
-            async def gather() -> builtins.list[Any]:
-                return await asyncio.gather(
-                    *(self._get_async(key) for key in keys), return_exceptions=True
-                )
-
-            results = await_io(gather())
-        else:
-            with self._state_lock:
-                # a pool's threads do not survive a fork: a child makes its own
-                if self._fetchers is None or self._fetchers[0] != os.getpid():
-                    pool = ThreadPoolExecutor(LIST_CHAIN_LIMIT, "s3-fetch")
-                    self._fetchers = (os.getpid(), pool)
-                fetchers = self._fetchers[1]
-            futures = [fetchers.submit(self._get, key) for key in keys]
-            results = []
-            for future in futures:
-                try:
-                    results.append(future.result())
-                except Exception as exc:
-                    results.append(exc)
-        if isinstance(results[0], StoreUnavailableError):
-            raise results[0]
-        if isinstance(results[0], BaseException):
-            raise self._unavailable("read", keys[0], results[0]) from results[0]  # type: ignore[arg-type]
-        return [_UNCHANGED if isinstance(r, BaseException) else r for r in results]
-
-    async def _get_async(self, key: str) -> tuple[bytes, str | None] | None:
-        try:
-            result = await obstore.get_async(self.store, key)
-            return bytes(await result.bytes_async()), result.meta.get("e_tag")
-        except (FileNotFoundError, NotFoundError):
-            return None
-
-    def _put(self, key: str, data: bytes, mode: Any) -> str | None:
-        """PUT ``data``; its new etag. ``AlreadyExistsError``/``PreconditionError`` pass."""
-        try:
-            result = self._io(
-                lambda: obstore.put(self.store, key, data, mode=mode),
-                lambda: obstore.put_async(self.store, key, data, mode=mode),
-            )
-        except (AlreadyExistsError, PreconditionError, FileExistsError):
-            raise
-        except _REFUSED as exc:
-            raise _refused(self.location(key), exc) from exc
-        except Exception as exc:
-            raise self._unavailable("write", key, exc) from exc
-        etag: str | None = result.get("e_tag")
-        return etag
-
-    def _list_keys(self, prefix: str | None, offset: str | None = None) -> builtins.list[str]:
-        """Every key under ``prefix`` (after ``offset``), in key order: one LIST a page."""
-        return [meta["path"] for meta in self._list_meta(prefix, offset)]
-
-    def _list_meta(self, prefix: str | None, offset: str | None = None) -> builtins.list[Any]:
-        """``_list_keys``, each key with its ETag and size (obstore's ``ObjectMeta``)."""
-
-        def call() -> builtins.list[Any]:
-            stream = obstore.list(self.store, prefix, offset=offset)
-            return [meta for chunk in stream for meta in chunk]
-
-        async def async_call() -> builtins.list[Any]:
-            stream = obstore.list(self.store, prefix, offset=offset)
-            return [meta async for chunk in stream for meta in chunk]
-
-        try:
-            return self._io(call, async_call)
-        except Exception as exc:
-            raise self._unavailable("list", prefix or "", exc) from exc
-
-    # -- what the store last said ----------------------------------------------
-
-    def _remember(self, key: str, etag: str | None, data: bytes | None, size: int) -> None:
-        """The store just said ``key`` holds ``data`` (or ``size`` bytes) under ``etag``."""
-        with self._state_lock:
-            self._drop(key)
-            if not etag:
-                return  # nothing to revalidate against: ask the store each time
-            self._known[key] = _Known(etag, size, data, time.monotonic())
-            self._known_bytes += len(data) if data is not None else 0
-            while len(self._known) > _KNOWN_OBJECTS or self._known_bytes > _KNOWN_BYTES:
-                self._drop(next(iter(self._known)))
-
-    def _drop(self, key: str) -> None:
-        """Forget ``key`` (the caller holds ``_state_lock``)."""
-        known = self._known.pop(key, None)
-        if known is not None and known.data is not None:
-            self._known_bytes -= len(known.data)
-
-    def _forget(self, keys: builtins.list[str]) -> None:
-        with self._state_lock:
-            for key in keys:
-                self._drop(key)
-
-    def _fresh(self, key: str) -> tuple[_Known | None, bool]:
-        """What is known of ``key``, and whether the store said so within ``fresh_for``."""
-        with self._state_lock:
-            known = self._known.get(key)
-            if known is None:
-                return None, False
-            self._known.move_to_end(key)
-            return known, time.monotonic() - known.checked < self.fresh_for
-
-    def _confirm(self, key: str, etag: str | None) -> None:
-        """The store says ``key`` has ``etag`` now: known and the same, it is fresh again;
-        known and different (rewritten, damaged, replaced), it is forgotten."""
-        with self._state_lock:
-            known = self._known.get(key)
-            if known is None:
-                return
-            if etag and etag == known.etag:
-                known.checked = time.monotonic()
-            else:
-                self._drop(key)
-
-    def _saw_listed(self, start: str, listed: Sequence[Any], after: str = "") -> None:
-        """A LIST of the keys directly under ``start`` (greater than ``after``) returned
-        ``listed``: confirm or forget each key of it this process knows."""
-        etags = {meta["path"]: meta.get("e_tag") for meta in listed}
-        with self._state_lock:
-            mine = [
-                key
-                for key in self._known
-                if key.startswith(start) and key > after and "/" not in key[len(start) :]
-            ]
-        for key in mine:
-            self._confirm(key, etags.get(key))
+    @property
+    def fresh_for(self) -> float:
+        """Seconds during which what the store last said of an object is taken as true."""
+        return self.known.fresh_for
 
     # -- Storage -------------------------------------------------------------
 
@@ -417,54 +180,38 @@ class ObjectStorage(OneRecordPerWrite):
                 self.write(key, data)
         doomed = [key for key, data in changes.items() if data is None]
         if doomed:
-            self._forget(doomed)
-            self._delete(doomed, prefix)
+            self.known.forget(doomed)
+            self.bucket.delete(doomed, prefix)
 
     def usage(self, prefix: str) -> int:
         """Bytes of the objects at ``prefix`` or under it: the LIST's sizes, no GET."""
-
-        def inside(meta: Any) -> bool:
-            path: str = meta["path"]
-            return path == prefix or path.startswith(f"{prefix}/")
-
-        def call() -> int:
-            stream = obstore.list(self.store, prefix)
-            return sum(meta["size"] for chunk in stream for meta in chunk if inside(meta))
-
-        async def async_call() -> int:
-            stream = obstore.list(self.store, prefix)
-            return sum([meta["size"] async for chunk in stream for meta in chunk if inside(meta)])
-
-        try:
-            return self._io(call, async_call)
-        except Exception as exc:
-            raise self._unavailable("list", prefix, exc) from exc
+        return self.bucket.usage(prefix)
 
     def write(self, key: str, data: bytes, *, replace: bool = True, durable: bool = True) -> bool:
         """Create ``key`` (``If-None-Match``); see the module docstring for an existing one."""
         data = bytes(data)
         for _ in range(_CAS_ATTEMPTS):
             try:
-                etag = self._put(key, data, "create")
+                etag = self.bucket.put(key, data, "create")
                 break
-            except (AlreadyExistsError, PreconditionError, FileExistsError):
+            except WriteConflict:
                 if not replace:
                     return False
-            found = self._get(key)
-            if found is None or found is _UNCHANGED:
+            found = self.bucket.get(key)
+            if found is None or found is UNCHANGED:
                 continue  # deleted in between: create it again
             stored, etag = found
             if stored == data:
                 break  # the same record, written twice: nothing to do
             try:
-                etag = self._put(key, data, {"e_tag": etag})
+                etag = self.bucket.put(key, data, {"e_tag": etag})
                 break
-            except (AlreadyExistsError, PreconditionError):
+            except WriteConflict:
                 continue  # replaced in between: compare again
         else:
-            raise self._unavailable("write", key, TimeoutError("too many concurrent writers"))
+            raise self.bucket.unavailable("write", key, TimeoutError("too many concurrent writers"))
         # the answer carries the ETag: reading these bytes back, or their stamp, asks nothing
-        self._remember(key, etag, data, len(data))
+        self.known.remember(key, etag, data, len(data))
         self._note_written(key)
         return True
 
@@ -486,25 +233,25 @@ class ObjectStorage(OneRecordPerWrite):
     def read(self, key: str) -> bytes | None:
         """The object's bytes: from memory while fresh (``fresh_for``), then revalidated
         by a conditional GET that sends no bytes when they did not change."""
-        known, fresh = self._fresh(key)
+        known, fresh = self.known.fresh(key)
         if known is not None and known.data is not None:
             if fresh:
                 return known.data
-            found = self._get(key, unless_etag=known.etag)
-            if found is _UNCHANGED:
-                self._confirm(key, known.etag)
+            found = self.bucket.get(key, unless_etag=known.etag)
+            if found is UNCHANGED:
+                self.known.confirm(key, known.etag)
                 return known.data
         else:
             found = self._get_with_chain(key)
         if found is None:
-            self._forget([key])
+            self.known.forget([key])
             return None
         data, etag = found
-        self._remember(key, etag, data, len(data))
+        self.known.remember(key, etag, data, len(data))
         return data  # type: ignore[no-any-return]
 
     def _get_with_chain(self, key: str) -> Any:
-        """``_get(key)``; and when ``key`` is an older checkpoint of a namespace just
+        """``bucket.get(key)``; and when ``key`` is an older checkpoint of a namespace just
         listed (a first read walking the records a list value extends, one after the
         other), the GETs of checkpoints listed just before it too, in flight together.
 
@@ -528,27 +275,21 @@ class ObjectStorage(OneRecordPerWrite):
                     window, fetched = 2, 0  # a new walk, or a chain's worth fetched already
                 at = bisect.bisect_left(listed, name)
                 for candidate in reversed(listed[max(0, at - window + 1) : at]):
-                    if f"{prefix}/{candidate}" not in self._known:
+                    if f"{prefix}/{candidate}" not in self.known:
                         older.append(f"{prefix}/{candidate}")
                 self._ahead[prefix] = (listed[max(0, at - window + 1)], window, fetched + window)
         if not older:
-            return self._get(key)
-        found, *more = self._get_many([key, *older])
+            return self.bucket.get(key)
+        found, *more = self.bucket.get_many([key, *older])
         for other, result in zip(older, more, strict=True):
             if isinstance(result, tuple):
-                self._remember(other, result[1], result[0], len(result[0]))
+                self.known.remember(other, result[1], result[0], len(result[0]))
         return found
 
     def list(self, prefix: str) -> builtins.list[str]:
         start = f"{prefix}/" if prefix else ""
-        try:
-            result = self._io(
-                lambda: obstore.list_with_delimiter(self.store, start or None),
-                lambda: obstore.list_with_delimiter_async(self.store, start or None),
-            )
-        except Exception as exc:
-            raise self._unavailable("list", prefix, exc) from exc
-        self._saw_listed(start, result["objects"])
+        result = self.bucket.list_level(start)
+        self.known.saw_listed(start, result["objects"])
         names = [p[len(start) :].rstrip("/") for p in result["common_prefixes"]]
         names += [o["path"][len(start) :] for o in result["objects"]]
         if not prefix:
@@ -557,33 +298,19 @@ class ObjectStorage(OneRecordPerWrite):
 
     def walk(self, prefix: str) -> Iterator[str]:
         heads = f"{HEADS_PREFIX}/"
-        keys = self._list_keys(f"{prefix}/" if prefix else None)
+        keys = self.bucket.list_keys(f"{prefix}/" if prefix else None)
         yield from sorted(k for k in keys if not k.startswith(heads))
 
     def delete(self, key: str) -> None:
-        self._forget([key])
-        self._delete([key], key)
-
-    def _delete(self, keys: builtins.list[str], what: str) -> None:
-        try:
-            self._io(
-                lambda: obstore.delete(self.store, keys),
-                lambda: obstore.delete_async(self.store, keys),
-            )
-        except (FileNotFoundError, NotFoundError):
-            pass
-        except _REFUSED as exc:
-            raise _refused(self.location(what), exc) from exc
-        except Exception as exc:
-            raise self._unavailable("delete", what, exc) from exc
+        self.known.forget([key])
+        self.bucket.delete([key], key)
 
     def delete_tree(self, prefix: str) -> None:
         keys = builtins.list(self.walk(prefix)) + self._heads_under(prefix)
-        with self._state_lock:
-            keys += [key for key in self._known if key.startswith(f"{prefix}/")]
-        self._forget(keys)
+        keys += self.known.keys_under(prefix)
+        self.known.forget(keys)
         if keys:
-            self._delete(sorted(set(keys)), prefix)
+            self.bucket.delete(sorted(set(keys)), prefix)
         with self._state_lock:
             for known in (self._heads, self._newest, self._since_head):
                 for checkpoints in [p for p in known if p.startswith(f"{prefix}/")]:
@@ -595,8 +322,8 @@ class ObjectStorage(OneRecordPerWrite):
         Raises ``PermissionError`` (as a file system would) when the store refuses;
         a copy whose original cannot be deleted is deleted again.
         """
-        self._forget([key])  # the bytes in the store, as they are, not as remembered
-        found = self._get(key)
+        self.known.forget([key])  # the bytes in the store, as they are, not as remembered
+        found = self.bucket.get(key)
         if found is None:
             return False
         try:
@@ -613,30 +340,24 @@ class ObjectStorage(OneRecordPerWrite):
         return True
 
     def location(self, key: str) -> str:
-        return f"{self.url}/{key}"
+        return self.bucket.location(key)
 
     def stamp(self, key: str) -> Hashable | None:
         """The object's ETag and size: from memory while fresh (``fresh_for``), else one
         ``HEAD`` (another machine may have rewritten it since)."""
-        known, fresh = self._fresh(key)
+        known, fresh = self.known.fresh(key)
         if known is not None and fresh:
             return (known.etag, known.size)
-        try:
-            meta = self._io(
-                lambda: obstore.head(self.store, key),
-                lambda: obstore.head_async(self.store, key),
-            )
-        except (FileNotFoundError, NotFoundError):
-            self._forget([key])
+        meta = self.bucket.head(key)
+        if meta is None:
+            self.known.forget([key])
             return None
-        except Exception as exc:
-            raise self._unavailable("read", key, exc) from exc
-        self._confirm(key, meta.get("e_tag"))
+        self.known.confirm(key, meta.get("e_tag"))
         return (meta.get("e_tag"), meta.get("size"))
 
     def written_stamp(self, key: str) -> Hashable | None:
         """The ETag the store gave the bytes this process just wrote: no request."""
-        known, _ = self._fresh(key)
+        known, _ = self.known.fresh(key)
         if known is not None:
             return (known.etag, known.size)
         return self.stamp(key)
@@ -704,8 +425,8 @@ class ObjectStorage(OneRecordPerWrite):
         start = f"{prefix}/"
         # LIST returns keys after its offset: a key just short of `name` includes it
         offset = f"{start}{name[:-1]}"
-        listed = self._list_meta(start, offset=offset)
-        self._saw_listed(start, listed, after=offset)
+        listed = self.bucket.list_meta(start, offset=offset)
+        self.known.saw_listed(start, listed, after=offset)
         names = [meta["path"][len(start) :] for meta in listed]
         return [n for n in names if "/" not in n and n >= name]
 
@@ -713,11 +434,11 @@ class ObjectStorage(OneRecordPerWrite):
         """The head objects of the namespaces a ``delete_tree(prefix)`` removes entirely."""
         parts = prefix.split("/")
         if prefix in ("", "threads"):
-            return self._list_keys(f"{HEADS_PREFIX}/")
+            return self.bucket.list_keys(f"{HEADS_PREFIX}/")
         if parts[0] != "threads" or len(parts) < 2:
             return []
         if len(parts) == 2 or parts[2:] == ["ns"]:  # a thread, or all its namespaces
-            return self._list_keys(f"{HEADS_PREFIX}/{parts[1]}/")
+            return self.bucket.list_keys(f"{HEADS_PREFIX}/{parts[1]}/")
         if len(parts) == 4 or parts[4:] == ["checkpoints"]:  # one namespace, or its checkpoints
             return [self._head_key("/".join([*parts[:4], "checkpoints"]))]
         return []  # writes or tool records: no head goes with them
@@ -729,8 +450,8 @@ class ObjectStorage(OneRecordPerWrite):
         return f"{HEADS_PREFIX}/{parts[1]}/{parts[3]}.head"
 
     def _read_head(self, prefix: str) -> str | None:
-        found = self._get(self._head_key(prefix))
-        if found is None:
+        found = self.bucket.get(self._head_key(prefix))
+        if found is None or found is UNCHANGED:
             return None
         data, etag = found
         name = data.decode("utf-8", "replace").strip()
@@ -770,9 +491,11 @@ class ObjectStorage(OneRecordPerWrite):
             if held >= name:
                 return  # never backwards
             try:
-                new_etag = self._put(head_key, name.encode(), {"e_tag": etag} if etag else "create")
-            except (AlreadyExistsError, PreconditionError, FileExistsError):
-                found = self._get(head_key)  # moved by another writer: look again
+                new_etag = self.bucket.put(
+                    head_key, name.encode(), {"e_tag": etag} if etag else "create"
+                )
+            except WriteConflict:
+                found = self.bucket.get(head_key)  # moved by another writer: look again
                 etag, held = (None, "") if found is None else (found[1], found[0].decode())
                 continue
             with self._state_lock:

@@ -108,91 +108,211 @@ class _State:
 def judge(engine: Engine, scan: RecordsScan, quarantined: dict[str, dict[str, Any]]) -> Findings:
     """What ``scan`` means: the damage and unusable checkpoints to report, and what
     repair may move. Nothing is read or written."""
-    storage: Storage = engine.storage
-    findings = Findings()
-    damaged_owners: dict[Owner, str] = {}
-    for key, (error, _) in scan.damaged.items():
-        findings.damaged.append(
-            Damage(key, storage.location(key), error.reason, kind_name(key), scan.headers.get(key))
-        )
-        owner = checkpoint_of_key(key)
-        if owner is not None and key.endswith(record_keys.CHECKPOINT_SUFFIX):
-            damaged_owners[owner] = key
-    # every checkpoint id of a namespace, whatever its state: a read that cannot tell
-    # a checkpoint's parent takes the next older one, and so does resume_from
-    known: dict[tuple[str, str], set[str]] = {}
-    for owner in [*scan.checkpoints, *damaged_owners]:
-        known.setdefault(owner[:2], set()).add(owner[2])
+    return _Judgement(engine, scan, quarantined).findings()
 
-    def state(owner: Owner) -> _State:
+
+class _Judgement:
+    """One ``judge``: the steps, in order, of ``findings``, and what they share.
+
+    ``quarantined``: the quarantine's reasons, by the key each record was moved from.
+    """
+
+    def __init__(
+        self, engine: Engine, scan: RecordsScan, quarantined: dict[str, dict[str, Any]]
+    ) -> None:
+        self.engine = engine
+        self.storage: Storage = engine.storage
+        self.scan = scan
+        self.quarantined = quarantined
+        self.out = Findings()
+        self.damaged_owners: dict[Owner, str] = {}  # checkpoint -> its damaged record's key
+        self.known: dict[tuple[str, str], set[str]] = {}
+        """Every checkpoint id of a namespace, whatever its state: a read that cannot tell
+        a checkpoint's parent takes the next older one, and so does ``resume_from``."""
+        self.blocked: dict[Owner, tuple[str, str]] = {}  # -> (key that is why, reason)
+        self.usable: set[Owner] = set()
+        self.reported_missing: set[str] = set()
+        self.resumes: dict[Owner, str | None] = {}  # every checkpoint a walk passed
+
+    def findings(self) -> Findings:
+        self.damaged_records()
+        self.blocked_checkpoints()
+        for owner, key in sorted(self.damaged_owners.items()):
+            self.unusable(
+                owner,
+                key,
+                f"its record is damaged ({self.scan.damaged[key][0].reason})",
+                "repair moves it aside, with its pending writes; {meanwhile}",
+                repairable=True,
+            )
+        self.unloadable_checkpoints()
+        self.orphaned_writes()
+        return self.out
+
+    # -- the steps -----------------------------------------------------------------
+
+    def damaged_records(self) -> None:
+        """Each damaged record, and the checkpoints whose own record it is."""
+        for key, (error, _) in self.scan.damaged.items():
+            self.out.damaged.append(
+                Damage(
+                    key,
+                    self.storage.location(key),
+                    error.reason,
+                    kind_name(key),
+                    self.scan.headers.get(key),
+                )
+            )
+            owner = checkpoint_of_key(key)
+            if owner is not None and key.endswith(record_keys.CHECKPOINT_SUFFIX):
+                self.damaged_owners[owner] = key
+        for owner in [*self.scan.checkpoints, *self.damaged_owners]:
+            self.known.setdefault(owner[:2], set()).add(owner[2])
+
+    def blocked_checkpoints(self) -> None:
+        """The verified checkpoints that cannot load: a value they need is not there."""
+        for owner, record in sorted(self.scan.checkpoints.items()):
+            problem = _blocker(self.scan.checkpoints, owner, record, self.state)
+            if problem is not None:
+                holder = (*owner[:2], problem[0])
+                self.blocked[owner] = (record_keys.checkpoint_key(*holder), problem[1])
+                if self.state(holder).kind == "missing":
+                    self.missing(holder, f"holds channel values of checkpoint {owner[2]}")
+        self.usable = set(self.scan.checkpoints) - set(self.blocked)
+
+    def unloadable_checkpoints(self) -> None:
+        """Report the blocked checkpoints. One that can never load is moved aside by
+        repair, unless delta channels may be rebuilt through it: their history walk
+        reads an ancestor's writes and values even when the ancestor itself cannot load."""
+        with_blocked = {owner[:2] for owner in self.blocked}
+        delta_namespaces = {
+            owner[:2]
+            for owner in self.usable
+            if owner[:2] in with_blocked
+            and self.engine.serde.loads_typed(self.scan.checkpoints[owner].metadata).get(
+                "counters_since_delta_snapshot"
+            )
+        }
+        for owner, (because_of, reason) in sorted(self.blocked.items()):
+            if owner[:2] in delta_namespaces:
+                advice = (
+                    "repair leaves it, as delta channels of this namespace may be rebuilt "
+                    "through it: prune the thread to keep only its newest usable checkpoint; "
+                    "until then {meanwhile}"
+                )
+            else:
+                self.out.doomed.setdefault(owner[:2], set()).add(owner[2])
+                advice = "repair moves it aside, or prune the thread; until then {meanwhile}"
+            self.unusable(owner, because_of, reason, advice, owner[:2] not in delta_namespaces)
+
+    def orphaned_writes(self) -> None:
+        """Pending writes whose checkpoint no read can return: quarantined or missing."""
+        for owner, writes in sorted(self.scan.writes.items()):
+            current = self.state(owner)
+            if current.kind in ("ok", "damaged"):
+                continue  # its checkpoint's own writes: they go where it goes
+            if current.kind == "missing" and not self.writes_without_checkpoint(owner):
+                continue
+            for writes_key, identity in writes:
+                orphan = Damage(
+                    writes_key,
+                    self.storage.location(writes_key),
+                    f"{ORPHANED}pending writes of checkpoint {owner[2]}, {current.why}; no "
+                    f"read can use them",
+                    "writes",
+                    identity,
+                )
+                self.out.orphans.append(orphan)
+                if current.kind == "quarantined":
+                    self.out.damaged.append(orphan)
+
+    def writes_without_checkpoint(self, owner: Owner) -> bool:
+        """Report pending writes stored for a checkpoint that does not exist; whether they
+        are orphans. Never stored, or deleted: LangGraph stores a step's writes while the
+        put of its checkpoint may still be running (durability="async"), so only a newer
+        checkpoint stored since tells them from writes in flight."""
+        self.missing(owner, "pending writes exist for it")
+        newer = any(c > owner[2] for c in self.known.get(owner[:2], ()))
+        self.unusable(
+            owner,
+            record_keys.checkpoint_key(*owner),
+            "its record does not exist, yet pending writes were stored for it",
+            "repair moves its pending writes aside (its put failed, or the record was "
+            "deleted); {meanwhile}"
+            if newer
+            else "its put failed, or is still running (a step's writes are stored while "
+            "its checkpoint is put): while a graph runs on this thread there is nothing "
+            "to do; once a newer checkpoint is stored, repair moves these writes aside",
+            repairable=newer,
+        )
+        return newer
+
+    # -- what the steps share ----------------------------------------------------------
+
+    def state(self, owner: Owner) -> _State:
         key = record_keys.checkpoint_key(*owner)
-        if owner in scan.checkpoints:
+        if owner in self.scan.checkpoints:
             return _State("ok")
-        if owner in damaged_owners:
-            return _State("damaged", f"whose record is damaged ({scan.damaged[key][0].reason})")
-        if key in quarantined:
+        if owner in self.damaged_owners:
             return _State(
-                "quarantined", f"which was quarantined ({quarantined[key].get('reason')})"
+                "damaged", f"whose record is damaged ({self.scan.damaged[key][0].reason})"
+            )
+        if key in self.quarantined:
+            return _State(
+                "quarantined", f"which was quarantined ({self.quarantined[key].get('reason')})"
             )
         return _State("missing", "which does not exist")
 
-    reported_missing: set[str] = set()
-
-    def missing(owner: Owner, why: str) -> None:
+    def missing(self, owner: Owner, why: str) -> None:
+        """Report a checkpoint that does not exist (once), ``why`` it matters."""
         key = record_keys.checkpoint_key(*owner)
-        if key not in reported_missing:
-            reported_missing.add(key)
-            findings.damaged.append(
-                Damage(key, storage.location(key), f"{MISSING}{why}", "checkpoint", None)
+        if key not in self.reported_missing:
+            self.reported_missing.add(key)
+            self.out.damaged.append(
+                Damage(key, self.storage.location(key), f"{MISSING}{why}", "checkpoint", None)
             )
 
-    blocked: dict[Owner, tuple[str, str]] = {}  # checkpoint -> (key that is why, reason)
-    for owner, record in sorted(scan.checkpoints.items()):
-        problem = _blocker(scan.checkpoints, owner, record, state)
-        if problem is not None:
-            holder = (*owner[:2], problem[0])
-            blocked[owner] = (record_keys.checkpoint_key(*holder), problem[1])
-            if state(holder).kind == "missing":
-                missing(holder, f"holds channel values of checkpoint {owner[2]}")
-    usable = set(scan.checkpoints) - set(blocked)
-
-    def parent_of(owner: Owner) -> str | None:
-        # as the read path finds it: the record, else a header or quarantine note
-        # that still names it, else the next older checkpoint
-        record = scan.checkpoints.get(owner)
+    def parent_of(self, owner: Owner) -> str | None:
+        """As the read path finds it: the record, else a header or quarantine note that
+        still names it, else the next older checkpoint."""
+        record = self.scan.checkpoints.get(owner)
         if record is not None:
             return record.parent_checkpoint_id
         key = record_keys.checkpoint_key(*owner)
-        identity = scan.headers.get(key) or (quarantined.get(key) or {}).get("identity") or {}
+        identity = (
+            self.scan.headers.get(key) or (self.quarantined.get(key) or {}).get("identity") or {}
+        )
         if identity.get("checkpoint_id") == owner[2]:
             return identity.get("parent_checkpoint_id") or None
-        older = [c for c in known.get(owner[:2], ()) if c < owner[2]]
+        older = [c for c in self.known.get(owner[:2], ()) if c < owner[2]]
         return max(older) if older else None
 
-    resumes: dict[Owner, str | None] = {}  # every checkpoint a walk passed: same answer
-
-    def resume_from(owner: Owner) -> str | None:
+    def resume_from(self, owner: Owner) -> str | None:
+        """The checkpoint reads fall back to instead of ``owner``; every checkpoint the
+        walk passed gets the same answer."""
         passed = {owner}
-        current = parent_of(owner)
+        current = self.parent_of(owner)
         found = None
         while current is not None and (*owner[:2], current) not in passed:
             ancestor = (*owner[:2], current)
-            if ancestor in usable or ancestor in resumes:
-                found = current if ancestor in usable else resumes[ancestor]
+            if ancestor in self.usable or ancestor in self.resumes:
+                found = current if ancestor in self.usable else self.resumes[ancestor]
                 break
             passed.add(ancestor)
-            current = parent_of(ancestor)
-        resumes.update(dict.fromkeys(passed, found))
+            current = self.parent_of(ancestor)
+        self.resumes.update(dict.fromkeys(passed, found))
         return found
 
-    def unusable(owner: Owner, because_of: str, reason: str, advice: str, repairable: bool) -> None:
-        found = resume_from(owner)
+    def unusable(
+        self, owner: Owner, because_of: str, reason: str, advice: str, repairable: bool
+    ) -> None:
+        found = self.resume_from(owner)
         meanwhile = (
             f"reads fall back to {found}"
             if found is not None
             else "no older checkpoint loads, so the thread starts again from step 0"
         )
-        findings.unusable.append(
+        self.out.unusable.append(
             UnusableCheckpoint(
                 *owner,
                 because_of=because_of,
@@ -202,78 +322,6 @@ def judge(engine: Engine, scan: RecordsScan, quarantined: dict[str, dict[str, An
                 repairable=repairable,
             )
         )
-
-    for owner, key in sorted(damaged_owners.items()):
-        unusable(
-            owner,
-            key,
-            f"its record is damaged ({scan.damaged[key][0].reason})",
-            "repair moves it aside, with its pending writes; {meanwhile}",
-            repairable=True,
-        )
-
-    # A checkpoint that can never load is moved aside by repair, unless delta
-    # channels may be rebuilt through it: their history walk reads an ancestor's
-    # writes and values even when the ancestor itself cannot load.
-    with_blocked = {owner[:2] for owner in blocked}
-    delta_namespaces = {
-        owner[:2]
-        for owner in usable
-        if owner[:2] in with_blocked
-        and engine.serde.loads_typed(scan.checkpoints[owner].metadata).get(
-            "counters_since_delta_snapshot"
-        )
-    }
-    for owner, (because_of, reason) in sorted(blocked.items()):
-        if owner[:2] in delta_namespaces:
-            advice = (
-                "repair leaves it, as delta channels of this namespace may be rebuilt "
-                "through it: prune the thread to keep only its newest usable checkpoint; "
-                "until then {meanwhile}"
-            )
-        else:
-            findings.doomed.setdefault(owner[:2], set()).add(owner[2])
-            advice = "repair moves it aside, or prune the thread; until then {meanwhile}"
-        unusable(owner, because_of, reason, advice, owner[:2] not in delta_namespaces)
-
-    for owner, writes in sorted(scan.writes.items()):
-        current = state(owner)
-        if current.kind in ("ok", "damaged"):
-            continue  # its checkpoint's own writes: they go where it goes
-        key = record_keys.checkpoint_key(*owner)
-        if current.kind == "missing":
-            # Never stored, or deleted. LangGraph stores a step's writes while the put
-            # of its checkpoint may still be running (durability="async"): only a
-            # newer checkpoint stored since tells them from writes in flight.
-            missing(owner, "pending writes exist for it")
-            newer = any(c > owner[2] for c in known.get(owner[:2], ()))
-            unusable(
-                owner,
-                key,
-                "its record does not exist, yet pending writes were stored for it",
-                "repair moves its pending writes aside (its put failed, or the record was "
-                "deleted); {meanwhile}"
-                if newer
-                else "its put failed, or is still running (a step's writes are stored while "
-                "its checkpoint is put): while a graph runs on this thread there is nothing "
-                "to do; once a newer checkpoint is stored, repair moves these writes aside",
-                repairable=newer,
-            )
-            if not newer:
-                continue
-        for writes_key, identity in writes:
-            orphan = Damage(
-                writes_key,
-                storage.location(writes_key),
-                f"{ORPHANED}pending writes of checkpoint {owner[2]}, {current.why}; no read "
-                f"can use them",
-                "writes",
-                identity,
-            )
-            findings.orphans.append(orphan)
-            if current.kind == "quarantined":
-                findings.damaged.append(orphan)
-    return findings
 
 
 def _blocker(

@@ -4,9 +4,9 @@
 one request (a read ahead's GETs are several, in flight together), run blocking,
 or awaited on the store's event loop when called from an async twin
 (``storage.async_bridge``). What comes back is plain data, and what goes wrong is
-one of three things: the object is not there (``None``), a conditional write lost
-to another writer (``WriteConflict``), or the store refused (``StoreWriteError``
-with ``EACCES``, as a read-only file system) or could not be reached after
+one of four things: the object is not there (``None``), a conditional write lost
+to another writer (``WriteConflict``), the store refused (``StoreWriteError``
+with ``EACCES``, as a read-only file system), or it could not be reached after
 obstore's retries (``StoreUnavailableError``). An unreachable store is never
 taken for a missing object.
 """

@@ -15,6 +15,10 @@ to what a power cut could leave, in the spirit of SQLite's crash-test VFS and Ro
   ``torn_writes=True``, a random prefix of what changed since the sync survives, from
   the first byte that differs on (an append torn, or an overwrite of bytes the file
   held, such as a log's room, torn);
+* with ``written_back=True``, the kernel may also have written a file's dirty pages
+  back before the cut, each file on its own and in no order between files: each
+  file's unsynced content survives whole, or is dropped (or torn), at random. A file
+  written without a sync can then be newer than one synced before it was written;
 * every directory operation not followed by an fsync of its directory is kept or lost at
   random: a lost create means the file is gone, a lost rename means the old name (and
   the file it named) is back, a lost unlink means the file is back. A rename between
@@ -262,6 +266,8 @@ class FaultFS:
             survive, how much of a torn append).
         torn_writes: Let a random prefix of unsynced appended bytes survive a cut,
             instead of dropping them all.
+        written_back: Let each file's unsynced content survive a cut whole, at random
+            and file by file (the kernel wrote its dirty pages back in time).
         model: ``False`` only records operations (for counting): contents are not read
             at each sync, and ``cut_power`` is refused.
 
@@ -275,11 +281,13 @@ class FaultFS:
         *,
         seed: int = 0,
         torn_writes: bool = False,
+        written_back: bool = False,
         model: bool = True,
     ) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self._real_root = os.path.realpath(self.root)
         self.torn_writes = torn_writes
+        self.written_back = written_back
         self.model = model
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
@@ -501,6 +509,8 @@ class FaultFS:
 
     def _content_after_cut(self, node: _Node, current: bytes | None) -> bytes:
         durable = node.durable
+        if self.written_back and current is not None and self._rng.random() < 0.5:
+            return current  # written back before the cut, as if synced
         if not self.torn_writes or current is None or len(current) < len(durable):
             return durable
         # what changed since the sync, from its first changed byte to its last: a prefix

@@ -11,7 +11,8 @@ operation ``k`` of the disk is the same in every repetition.
 For each ``k`` in ``1..N`` (``N`` operations that change the disk in the whole workload)
 and each seed, the workload runs in a fresh store until the power goes out just after
 operation ``k``; the disk is then cut (unsynced data dropped, unsynced directory
-operations kept or lost at random, torn appends with one of the seeds) and a new
+operations kept or lost at random; with some seeds, appends torn, or a file's unsynced
+data kept whole, file by file, as a kernel writing dirty pages back would) and a new
 ``VerifiedSaver`` opens the store. What must hold:
 
 * it opens, finds nothing damaged and never falls back;
@@ -61,7 +62,8 @@ checkpoint may be back, with the values that were put but without its pending wr
 once deletions become durable, so that this is set to ``True`` and checked from then on.
 """
 
-SEEDS = [(1, False), (2, True)]  # (seed, torn_writes)
+SEEDS = [(1, False, False), (2, True, False), (3, False, True), (4, True, True)]
+"""(seed, torn_writes, written_back): see ``faultfs.FaultFS``."""
 
 
 # -- the workload ----------------------------------------------------------------------------
@@ -446,6 +448,7 @@ def cut_everywhere(
     *,
     seed: int,
     torn_writes: bool,
+    written_back: bool = False,
     open_saver: Callable[[Path], VerifiedSaver] = VerifiedSaver,
     operations: int,
 ) -> tuple[list[str], int]:
@@ -457,7 +460,9 @@ def cut_everywhere(
     for k in range(1, operations + 1):
         root = tmp_path / f"store-{seed}-{k}"
         root.mkdir()
-        with FaultFS(root, seed=seed * 100_003 + k, torn_writes=torn_writes) as disk:
+        with FaultFS(
+            root, seed=seed * 100_003 + k, torn_writes=torn_writes, written_back=written_back
+        ) as disk:
             disk.cut_after(k)
             outcome = run_workload(steps, lambda root=root: open_saver(root))
             assert disk.power_is_off, f"the workload ended before operation {k}"
@@ -475,15 +480,20 @@ def cut_everywhere(
     return failures, resurrections
 
 
-@pytest.mark.parametrize(("seed", "torn_writes"), SEEDS)
+@pytest.mark.parametrize(("seed", "torn_writes", "written_back"), SEEDS)
 def test_a_power_cut_after_any_operation_loses_nothing_acknowledged(
-    tmp_path, graph_calls, seed, torn_writes
+    tmp_path, graph_calls, seed, torn_writes, written_back
 ):
     steps = workload(graph_calls)
     operations = count_operations(tmp_path / "uncut", steps)
     assert operations >= len(steps)  # every step changes the disk
     failures, resurrections = cut_everywhere(
-        tmp_path, steps, seed=seed, torn_writes=torn_writes, operations=operations
+        tmp_path,
+        steps,
+        seed=seed,
+        torn_writes=torn_writes,
+        written_back=written_back,
+        operations=operations,
     )
     assert not failures, f"{len(failures)} of {operations} cuts went wrong:\n" + "\n".join(
         failures[:5]

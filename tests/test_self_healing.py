@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from faultfs import FaultFS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
@@ -400,6 +401,42 @@ def test_two_writers_keep_one_parity_in_step(tmp_path):
     log.write_bytes(bytes(data))
     ((_, found),) = FileStorage(tmp_path).scrub("threads/t", repair=False)
     assert found.healed == [BLOCK_SIZE * 3]
+
+
+def test_an_append_made_without_a_sync_is_protected_once_one_follows(tmp_path):
+    """A parity record written before the bytes it covers are synced could reach the disk
+    without them, and after a power cut describe bytes the log never kept: a false alarm,
+    or bytes "rebuilt" that nobody acknowledged (``test_power_loss`` cuts the power that
+    way). Deletions, made without a sync, are covered by the sync of the next append."""
+    storage = FileStorage(tmp_path)
+    for n in range(3):
+        storage.write(f"threads/t/ns/~/r{n}", os.urandom(1000))
+    assert storage.scrub("threads/t", repair=False) == []
+    storage.delete_many(["threads/t/ns/~/r0", "threads/t/ns/~/r1"])
+    ((_, found),) = storage.scrub("threads/t", repair=False)
+    assert len(found.unprotected) == 1 and not (found.healed or found.unhealable)
+    storage.write("threads/t/ns/~/next", b"next")
+    assert storage.scrub("threads/t", repair=False) == []
+    # a store that never syncs has no power cut to guard against: covered as written
+    unsynced = FileStorage(tmp_path / "unsynced", fsync=False)
+    unsynced.write("threads/t/ns/~/r0", b"r0")
+    unsynced.delete_many(["threads/t/ns/~/r0"])
+    assert unsynced.scrub("threads/t", repair=False) == []
+
+
+def test_appends_left_without_a_sync_get_one_once_a_stripe_of_them_waits(tmp_path):
+    """What is unprotected stays bounded when nothing durable follows (a store pruned in a
+    loop, say): each stripe's worth of such appends costs one ``fdatasync``."""
+    FileStorage(tmp_path).write("threads/t/ns/~/first", b"first")
+    with FaultFS.counting(tmp_path) as disk:
+        storage = FileStorage(tmp_path)
+        for n in range(40):  # about 1.9 stripes
+            storage.write(f"threads/t/ns/~/r{n}", os.urandom(3000), durable=False)
+    assert [op.path for op in disk.ops if op.kind in ("sync", "dirsync")] == ["threads/t/log"]
+    ((_, found),) = storage.scrub("threads/t", repair=False)
+    assert len(found.unprotected) == 1 and not (found.healed or found.unhealable)
+    start, end = found.unprotected[0]
+    assert start > STRIPE_SIZE and end - start < STRIPE_SIZE
 
 
 # -- the parity format, alone --------------------------------------------------------------

@@ -96,6 +96,8 @@ def verify_store(
     check_standalone(engine.codec, reporter, standalone, report, repair=repair, tick=tick)
     if isinstance(storage, FileStorage):
         _check_damaged_bytes(engine, storage, prefix, report, repair=repair)
+        if repair and not report.read_only:
+            storage.protect_unsynced()  # what it moved aside, synced and protected
     return report
 
 
@@ -156,6 +158,8 @@ def verify_records(
             progress(done, len(keys))
 
     check_standalone(codec, reporter, keys, report, repair=repair, tick=tick)
+    if repair and isinstance(storage, FileStorage) and not report.read_only:
+        storage.protect_unsynced()
     return report
 
 

@@ -29,7 +29,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     encode_entry,
 )
 from langgraph_checkpoint_verified.storage.log.hint_file import hint_due, write_hint
-from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE
+from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE, STRIPE_SIZE
 from langgraph_checkpoint_verified.storage.log.reading import LogReader
 from langgraph_checkpoint_verified.storage.log.redundancy import rebuilt_blocks
 from langgraph_checkpoint_verified.storage.log.room import room_after
@@ -139,7 +139,7 @@ class LogAppender:
         if deferred:
             log.commits.add(log.ino or 0, log.end, appended, durable=sync)
         else:
-            log.parity.protect(fd, log.ino or 0, log.end, appended)
+            self._protect(log, fd, log.ino or 0, log.end, appended, synced=sync)
         # the entries are where we put them: no need to read them back
         offset = log.end
         for (kind, key, data), entry in zip(kept, payload, strict=True):
@@ -191,7 +191,38 @@ class LogAppender:
                 log.room = False
                 raise StoreWriteError(log.path, exc) from exc
         for done in unsettled:
-            log.parity.protect(fd, done.ino, done.at, done.appended)
+            self._protect(log, fd, done.ino, done.at, done.appended, synced=durable)
+
+    def _protect(
+        self, log: ThreadLog, fd: int, ino: int, at: int, appended: bytes, *, synced: bool
+    ) -> None:
+        """Cover ``appended`` with parity: now if it is synced (or the store never syncs),
+        else after the next sync. Appends left unsynced for long (deletions, moves to the
+        quarantine, and nothing durable after them) get a sync of their own once a
+        stripe of them waits, so that what is unprotected stays bounded."""
+        if synced or not self.fsync:
+            log.parity.protect(fd, ino, at, appended)
+            return
+        if log.parity.defer(ino, at, appended) < STRIPE_SIZE:
+            return
+        try:
+            os.fdatasync(fd)
+        except OSError:
+            return  # not durable, as asked: they stay unprotected until the next sync
+        log.parity.protect_deferred(fd, at + len(appended))
+
+    def protect_unsynced(self, log: ThreadLog) -> None:
+        """Sync what appends made without a sync left waiting for parity, and cover it
+        (``verify(repair=True)`` leaves no byte it wrote unprotected)."""
+        with log.writing, log.lock:
+            if not log.parity.deferred:
+                return
+            with self.appending(log) as (fd, _):
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    raise StoreWriteError(log.path, exc) from exc
+                log.parity.protect_deferred(fd, log.end)
 
     @contextmanager
     def appending(self, log: ThreadLog) -> Iterator[tuple[int, int]]:

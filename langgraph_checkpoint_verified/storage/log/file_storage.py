@@ -653,6 +653,15 @@ class FileStorage:
                 remove_quietly(path)
             self.reader.refresh(log)
 
+    def protect_unsynced(self) -> None:
+        """Sync, and cover with parity, the appends made without a sync (deletions, moves
+        to the quarantine) that wait for the next sync of their log, in every log open
+        here: a repair leaves none of its bytes unprotected."""
+        with self._lock:
+            logs = builtins.list(self._logs.values())
+        for log in logs:
+            self.appender.protect_unsynced(log)
+
     def scrub(self, prefix: str, *, repair: bool) -> builtins.list[tuple[str, LogScrub]]:
         """Check the logs of the threads under ``prefix`` block by block against their
         parity: ``(log path, what was found)`` for each log that has something to say.

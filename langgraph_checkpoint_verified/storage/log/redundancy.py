@@ -4,6 +4,10 @@
 
 * **Writing.** After each append (its ``fdatasync`` done), the records of the
   stripes it touched are written with one ``pwrite`` and no sync of their own.
+  An append made without a sync in a store that syncs (a deletion, a move to the
+  quarantine) is covered after the next sync instead (``defer``): a record
+  written before its bytes were synced could reach the disk without them, and
+  after a power cut describe bytes the log never kept, a false alarm.
   Bit rot comes later: what a crash before the page cache is flushed loses is a
   record of the stripe still being appended to, which the next append completes,
   and records written long before, which ``verify`` reports as unprotected and
@@ -46,6 +50,20 @@ PARITY_SUFFIX = ".parity"
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+@dataclass
+class _Deferred:
+    """Appends to one log, one after the other, made without a sync: not covered yet."""
+
+    ino: int
+    at: int
+    end: int
+    parts: list[bytes]
+
+    def followed_by(self, ino: int, at: int) -> bool:
+        """Whether an append at ``at`` of the log ``ino`` comes right after these."""
+        return ino == self.ino and at == self.end
+
+
 class ParityFile:
     """The sidecar of one log, for as long as this process keeps that log open.
 
@@ -60,6 +78,8 @@ class ParityFile:
         """The stripe the log ends in, as this process last wrote its record."""
         self._log_ino: int | None = None
         """The log (inode) ``_fd`` and ``_stripe`` are for."""
+        self._deferred: _Deferred | None = None
+        """Bytes appended without a sync, to cover after the next."""
 
     def close(self) -> None:
         if self._fd is not None:
@@ -67,16 +87,50 @@ class ParityFile:
         self._fd = None
         self._stripe = None
         self._log_ino = None
+        self._deferred = None  # unprotected until a scrub, or the stripe's next append
 
     # -- writing -----------------------------------------------------------
 
+    def defer(self, log_ino: int, at: int, appended: bytes) -> int:
+        """Note ``appended``, written at offset ``at`` of the log without a sync: the next
+        ``protect``, which follows a sync, covers it first. How many bytes wait now.
+
+        Called under the log's append lock. Bytes deferred by an append that another
+        writer's followed are forgotten, as is what this process deferred before the
+        log was closed: they stay unprotected (``verify`` says so) until a scrub, or
+        until an append to their stripe, which covers the stripe from its start.
+        """
+        deferred = self._deferred
+        if deferred is None or not deferred.followed_by(log_ino, at):
+            deferred = self._deferred = _Deferred(log_ino, at, at, [])
+        deferred.parts.append(appended)
+        deferred.end += len(appended)
+        return deferred.end - deferred.at
+
+    @property
+    def deferred(self) -> bool:
+        """Whether bytes ``defer`` noted wait for a sync."""
+        return self._deferred is not None
+
+    def protect_deferred(self, log_fd: int, log_end: int) -> None:
+        """Cover what ``defer`` noted, once synced (by the caller, just now), if the log
+        (``log_end`` bytes long) still ends where it did; else another writer appended
+        since, and covered what it could."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None and deferred.end == log_end:
+            self.protect(log_fd, deferred.ino, deferred.at, b"".join(deferred.parts))
+
     def protect(self, log_fd: int, log_ino: int, at: int, appended: bytes) -> None:
-        """Cover ``appended``, just written at offset ``at`` of the log (``log_fd``).
+        """Cover ``appended``, just written at offset ``at`` of the log (``log_fd``) and
+        synced, with what ``defer`` noted just before it (the same sync covered it).
 
         Called under the log's append lock. Best effort: a sidecar that cannot be
         written (a full disk) leaves those bytes unprotected, which ``verify``
         reports; the append itself is already durable.
         """
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None and deferred.followed_by(log_ino, at):
+            at, appended = deferred.at, b"".join([*deferred.parts, appended])
         try:
             if self._log_ino != log_ino:
                 self.close()
@@ -100,6 +154,7 @@ class ParityFile:
         """Drop the records of the stripes after the one ``end`` lies in: the log was cut
         back to ``end`` (a torn tail), and what it grows into there is new bytes, which
         an old record must never be taken to describe. Durable before the log grows."""
+        self._deferred = None
         try:
             fd = os.open(self.path, os.O_RDWR | _CLOEXEC)
         except FileNotFoundError:

@@ -417,6 +417,11 @@ def test_an_append_made_without_a_sync_is_protected_once_one_follows(tmp_path):
     assert len(found.unprotected) == 1 and not (found.healed or found.unhealable)
     storage.write("threads/t/ns/~/next", b"next")
     assert storage.scrub("threads/t", repair=False) == []
+    # or by a sync of their own when the store is closed (``VerifiedSaver.close``)
+    storage.delete_many(["threads/t/ns/~/next"])
+    assert storage.scrub("threads/t", repair=False) != []
+    storage.close_idle()
+    assert storage.scrub("threads/t", repair=False) == []
     # a store that never syncs has no power cut to guard against: covered as written
     unsynced = FileStorage(tmp_path / "unsynced", fsync=False)
     unsynced.write("threads/t/ns/~/r0", b"r0")

@@ -224,8 +224,9 @@ def print_report(saver: VerifiedSaver, report: VerifyReport) -> None:
 def _print_unprotected(report: VerifyReport) -> None:
     if report.unprotected_bytes:
         print(
-            f"{report.unprotected_bytes} bytes of logs have no parity (written before "
-            f"logs had it, or its record was lost): repair adds it"
+            f"{report.unprotected_bytes} bytes of logs have no parity (appended without a "
+            f"sync since their log's last one, written before logs had parity, or its "
+            f"record was lost): repair adds it"
         )
 
 

@@ -86,10 +86,10 @@ class VerifyReport:
         healed: Damaged blocks of logs (threads, memories) that the logs' parity rebuilds, so
             that no record in them is lost; reads are served the rebuilt bytes,
             and repair writes them back.
-        unprotected_bytes: Bytes of logs that no intact parity covers (a
-            store written before logs had parity, a lost parity record): one
-            damaged block there costs its records. Repair adds the parity, where
-            the log's own entries verify.
+        unprotected_bytes: Bytes of logs that no intact parity covers (appended
+            without a sync, until their log's next sync; a store written before logs
+            had parity; a lost parity record): one damaged block there costs its
+            records. Repair adds the parity, where the log's own entries verify.
         protected_bytes: Bytes repair added parity for.
     """
 

@@ -16,7 +16,7 @@ import errno
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.storage.base import CANNOT_WRITE_ERRNOS, FILE_MODE
@@ -212,16 +212,14 @@ class LogAppender:
         log.parity.protect_deferred(fd, at + len(appended))
 
     def protect_unsynced(self, log: ThreadLog) -> None:
-        """Sync what appends made without a sync left waiting for parity, and cover it
-        (``verify(repair=True)`` leaves no byte it wrote unprotected)."""
+        """Sync what appends made without a sync left waiting for parity, and cover it (a
+        repair, a store closed). Best effort, as those appends: a sync that fails leaves
+        them unprotected, which ``verify`` reports."""
         with log.writing, log.lock:
             if not log.parity.deferred:
                 return
-            with self.appending(log) as (fd, _):
-                try:
-                    os.fdatasync(fd)
-                except OSError as exc:
-                    raise StoreWriteError(log.path, exc) from exc
+            with suppress(OSError, StoreWriteError), self.appending(log) as (fd, _):
+                os.fdatasync(fd)
                 log.parity.protect_deferred(fd, log.end)
 
     @contextmanager

@@ -192,13 +192,15 @@ class FileStorage:
 
     def close_idle(self) -> None:
         """Close every log no call is using (``VerifiedSaver.close``): its descriptors and
-        ``flock`` go now, not when the store is collected; a later call opens it again."""
+        ``flock`` go now, not when the store is collected; a later call opens it again.
+        Appends made without a sync are synced first, and covered by parity."""
         with self._lock:
-            self._close_idle_beyond(0)
+            self._close_idle_beyond(0, settle=True)
 
-    def _close_idle_beyond(self, limit: int) -> None:
+    def _close_idle_beyond(self, limit: int, *, settle: bool = False) -> None:
         """Close least recently used logs no thread appends to or holds locked, until at
-        most ``limit`` are open (caller holds ``self._lock``)."""
+        most ``limit`` are open (caller holds ``self._lock``); with ``settle``, each after
+        ``protect_unsynced``."""
         for thread_key, old in list(self._logs.items()):
             if len(self._logs) <= limit:
                 return
@@ -208,6 +210,8 @@ class FileStorage:
                 if old.held or old.commits.open:
                     continue  # this very thread holds it locked, or a block passed it on
                 del self._logs[thread_key]
+                if settle:
+                    self.appender.protect_unsynced(old)
                 with old.lock:
                     old.close()
             finally:

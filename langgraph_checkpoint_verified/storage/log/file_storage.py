@@ -41,10 +41,10 @@ This module routes each key to its log and implements ``Storage`` over the logs:
 keeping a key directory up to date and reading entries back is ``LogReader``'s
 (``storage.log.reading``), appending and holding a log for a lock block is
 ``LogAppender``'s (``storage.log.appending``), and compaction and scrubbing are
-here. Everything else (the store marker, the quarantine) is a plain file, written
-by ``RecordFileStorage``. A store written as one file per record (the layout before
-logs) is read as it is: its files are in the key directory, under the log's
-entries, and ``compact`` folds them into the log.
+``LogRewriter``'s (``storage.log.rewriting``). Everything else (the store marker,
+the quarantine) is a plain file, written by ``RecordFileStorage``. A store written
+as one file per record (the layout before logs) is read as it is: its files are in
+the key directory, under the log's entries, and ``compact`` folds them into the log.
 """
 
 from __future__ import annotations
@@ -56,13 +56,12 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
 from langgraph_checkpoint_verified.storage.base import (
-    FILE_MODE,
     LOCK_NAME,
     MovedAside,
     aside_names,
@@ -70,21 +69,17 @@ from langgraph_checkpoint_verified.storage.base import (
 )
 from langgraph_checkpoint_verified.storage.files import (
     RecordFileStorage,
-    discard_temp,
     remove_quietly,
-    temp_path,
-    write_all,
 )
 from langgraph_checkpoint_verified.storage.log.appending import LogAppender
-from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT, encode_entry
+from langgraph_checkpoint_verified.storage.log.entries import DELETE, PUT
 from langgraph_checkpoint_verified.storage.log.hint_file import HINT_NAME
 from langgraph_checkpoint_verified.storage.log.reading import LogReader
 from langgraph_checkpoint_verified.storage.log.redundancy import (
     PARITY_SUFFIX,
     LogScrub,
-    scrub,
-    write_parity_file,
 )
+from langgraph_checkpoint_verified.storage.log.rewriting import LogRewriter
 from langgraph_checkpoint_verified.storage.log.thread_log import (
     LOG_NAME,
     LOG_PARENTS,
@@ -96,7 +91,7 @@ from langgraph_checkpoint_verified.storage.log.thread_log import (
 )
 
 if sys.platform != "win32":
-    import fcntl
+    pass
 
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 _OPEN_LOGS = 256
@@ -140,6 +135,8 @@ class FileStorage:
         """Keeps each log's key directory up to date with its file, and reads entries."""
         self.appender = LogAppender(self.files, self.reader, fsync=fsync)
         """Appends to the logs, and holds them for ``lock`` blocks."""
+        self.rewriter = LogRewriter(self.files, self.reader, self.appender, fsync=fsync)
+        """Compacts and scrubs the logs."""
         self._logs: OrderedDict[str, ThreadLog] = OrderedDict()
         self._lock = threading.Lock()
         _OPEN_STORES.add(self)
@@ -598,64 +595,7 @@ class FileStorage:
             if any(data is not None for data in changes.values()):
                 self.write_many([(k, d) for k, d in changes.items() if d is not None])
             return
-        with log.writing, log.lock, self.appender.appending(log) as (append_fd, size):
-            live: list[tuple[int, str, bytes]] = []
-            folded: list[str] = []
-            for key in log.index.keys_under(thread_key):
-                where = log.index[key]
-                if isinstance(where, str):
-                    folded.append(where)
-                if key in changes:
-                    continue  # taken from changes below, or deleted
-                data = self.read(key)
-                if data is None or isinstance(where, DamagedEntry):
-                    continue  # damaged: the saver reports and quarantines it, not this
-                live.append((where[0] if isinstance(where, tuple) else -1, key, data))
-            live.sort()
-            # new bytes go last, in key order: a checkpoint after the records it refers to
-            end = len(live)
-            live += [(end, key, data) for key, data in sorted(changes.items()) if data is not None]
-            temp, parity_temp = temp_path(log.directory), temp_path(log.directory)
-            fd = -1
-            try:
-                fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, FILE_MODE)
-                # locked before anyone can see it: whoever waited for the old log's lock
-                # appends to the new one once this block (or the lock block it is in) ends
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                data = b"".join(encode_entry(PUT, k, d) for _, k, d in live)
-                write_all(fd, data)
-                if self.fsync:
-                    os.fsync(fd)
-                write_parity_file(parity_temp, data, fsync=self.fsync)
-                self.appender.retire(log, append_fd, size)
-                # A sidecar never stands beside a log it is not of, whatever a crash
-                # keeps: the old one is gone (durably) before the new log is renamed
-                # in, and the new one follows it. In between, the log is unprotected,
-                # as a log written before parity existed is.
-                with suppress(FileNotFoundError):
-                    os.unlink(log.parity.path)
-                self.files.sync_directory(log.directory)
-                os.replace(temp, log.path)
-                self.files.sync_directory(log.directory)
-                os.replace(parity_temp, log.parity.path)
-                self.files.sync_directory(log.directory)
-            except BaseException as exc:
-                if fd >= 0:
-                    os.close(fd)
-                discard_temp(temp)
-                discard_temp(parity_temp)
-                if isinstance(exc, OSError):
-                    raise StoreWriteError(log.path, exc) from exc
-                raise
-            log.close()
-            log.append_fd, log.append_ino = fd, os.fstat(fd).st_ino
-            if log.held:
-                log.held_append = True
-            else:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            for path in [*folded, *log.shadowed.values()]:
-                remove_quietly(path)
-            self.reader.refresh(log)
+        self.rewriter.compact(log, changes)
 
     def protect_unsynced(self) -> None:
         """Sync, and cover with parity, the appends made without a sync (deletions, moves
@@ -685,49 +625,8 @@ class FileStorage:
         if thread_key is None:
             return []
         log = self._log(thread_key)
-        if not os.path.exists(log.path):
-            return []
-        with (
-            log.writing if repair else nullcontext(),
-            log.lock,
-            self.appender.appending(log) if repair else nullcontext(),
-        ):
-            self.reader.refresh(log)
-            if log.fd is None:
-                return []
-            damage: builtins.list[tuple[int, int]] = []
-
-            def vouched(start: int, end: int) -> bool:
-                if not damage:  # a full read of the log, made when first needed
-                    damage.append((-1, -1))
-                    damage.extend(self.reader.damaged_ranges(thread_key))
-                return not any(lo < end and start < hi for lo, hi in damage)
-
-            writable: builtins.list[int] = []
-
-            def writable_log() -> int:
-                if not writable:
-                    writable.append(os.open(log.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)))
-                return writable[0]
-
-            try:
-                found = scrub(
-                    log.fd,
-                    log.end,
-                    log.parity,
-                    vouched=vouched,
-                    repair=repair,
-                    fsync=self.fsync,
-                    writable_log=writable_log,
-                )
-            except OSError as exc:
-                raise StoreWriteError(log.path, exc) from exc
-            finally:
-                for fd in writable:
-                    os.close(fd)
-            if found.rewritten:
-                log.close()  # read again: what was rebuilt is now what the file holds
-        if found.healed or found.unhealable or found.unprotected:
+        found = self.rewriter.scrub(log, repair=repair)
+        if found is not None and (found.healed or found.unhealable or found.unprotected):
             return [(log.path, found)]
         return []
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import builtins
 import os
-import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -89,9 +88,6 @@ from langgraph_checkpoint_verified.storage.log.thread_log import (
     ThreadLog,
     thread_dir_key,
 )
-
-if sys.platform != "win32":
-    pass
 
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 _OPEN_LOGS = 256

@@ -95,10 +95,11 @@ class ParityFile:
         """Note ``appended``, written at offset ``at`` of the log without a sync: the next
         ``protect``, which follows a sync, covers it first. How many bytes wait now.
 
-        Called under the log's append lock. Bytes deferred by an append that another
-        writer's followed are forgotten, as is what this process deferred before the
-        log was closed: they stay unprotected (``verify`` says so) until a scrub, or
-        until an append to their stripe, which covers the stripe from its start.
+        Called under the log's append lock. Bytes noted before an append that does not
+        follow them (another writer appended in between) are forgotten, as is what was
+        noted before the log was closed: they stay unprotected (``verify`` says so)
+        until a scrub, or until an append to their stripe, which covers the stripe
+        from its start.
         """
         deferred = self._deferred
         if deferred is None or not deferred.followed_by(log_ino, at):

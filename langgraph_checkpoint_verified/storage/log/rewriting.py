@@ -11,7 +11,7 @@ lock find it retired (``LogAppender.retire``) and append to the new one.
 (``storage.log.redundancy.scrub``); with repair, under the log's append lock, it
 writes rebuilt blocks back and the parity of bytes no record covers.
 
-``FileStorage`` routes a key or prefix to its log and calls these under nothing:
+``FileStorage`` routes a key or prefix to its log and calls these holding no lock:
 each takes the locks it needs.
 """
 

@@ -16,7 +16,7 @@ import sys
 
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
-from s3server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY
+from s3server import ACCESS_KEY_ID, REGION, REQUEST_TIMEOUT, SECRET_ACCESS_KEY
 
 from langgraph_checkpoint_verified import ObjectStorage, VerifiedSaver
 
@@ -28,6 +28,7 @@ def main(endpoint: str, bucket: str, thread_id: str, writer: str, steps: int) ->
         region=REGION,
         access_key_id=ACCESS_KEY_ID,
         secret_access_key=SECRET_ACCESS_KEY,
+        client_options={"timeout": REQUEST_TIMEOUT},
     )
     saver = VerifiedSaver(storage=storage)
     for step in range(steps):

@@ -24,7 +24,7 @@ import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
-from s3server import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, s3_client
+from s3server import ACCESS_KEY_ID, REGION, REQUEST_TIMEOUT, SECRET_ACCESS_KEY, s3_client
 
 from langgraph_checkpoint_verified import ObjectStorage, StoreUnavailableError, VerifiedSaver
 from langgraph_checkpoint_verified.records import keys as record_keys
@@ -42,12 +42,14 @@ FEW_RETRIES = {
 
 
 def s3_storage(endpoint: str, bucket: str, prefix: str = "store", **options) -> ObjectStorage:
+    client_options = {"timeout": REQUEST_TIMEOUT, **options.pop("client_options", {})}
     return ObjectStorage(
         f"s3://{bucket}/{prefix}",
         endpoint=endpoint,
         region=REGION,
         access_key_id=ACCESS_KEY_ID,
         secret_access_key=SECRET_ACCESS_KEY,
+        client_options=client_options,
         **options,
     )
 

@@ -90,3 +90,13 @@ def test_a_command_that_runs_imports_what_it_needs(tmp_path):
     assert "ok: every record verifies" in printed
     assert "langgraph_checkpoint_verified.saver" in modules
     assert "langgraph_checkpoint_verified.cli.legacy" in modules
+
+
+@pytest.mark.parametrize("command", ["threads", "stats"])
+def test_a_command_on_a_pipe_draws_no_bar_and_loads_none(tmp_path, command):
+    # stderr is a pipe here, as when the output is piped into another command: no
+    # progress bar is drawn, so rich's progress module is not even imported
+    code, printed, modules = run_and_list_modules([command, str(tmp_path)])
+    assert code == 0
+    assert "langgraph_checkpoint_verified.saver" in modules
+    assert among(modules, ("rich.progress",)) == []

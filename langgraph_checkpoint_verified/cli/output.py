@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     # annotations only: LangChain, LangGraph and rich are imported by the commands
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import CheckpointTuple
     from rich.console import Console
-    from rich.progress import Progress
     from rich.table import Table
 
 PROG = "langgraph-verified"
@@ -291,30 +290,52 @@ def escape(text: str) -> str:
     return rich_escape(text)
 
 
+class Bar(Protocol):
+    """What the commands use of a progress bar: rich's ``Progress``, or ``Unshown``."""
+
+    def add_task(self, description: str, *, total: float | None = ..., **fields: Any) -> Any: ...
+
+    def advance(self, task_id: Any, advance: float = 1) -> None: ...
+
+    def update(self, task_id: Any, **fields: Any) -> None: ...
+
+
+class Unshown:
+    """A progress bar that is never drawn: what ``progress`` yields when stderr is not
+    a terminal, so that a command piped into another one does not import rich's."""
+
+    def add_task(self, description: str, *, total: float | None = None, **fields: Any) -> int:
+        return 0
+
+    def advance(self, task_id: Any, advance: float = 1) -> None:
+        pass
+
+    def update(self, task_id: Any, **fields: Any) -> None:
+        pass
+
+
 @contextlib.contextmanager
-def progress(description: str) -> Iterator[Progress]:
+def progress(description: str) -> Iterator[Bar]:
     """A progress bar on stderr; drawn on a terminal only, and gone when done.
 
     Args:
         description: Unused; each task names itself (kept for the callers' reading).
 
     Yields:
-        The ``Progress``; disabled (never started) when stderr is not a terminal.
+        The ``Progress``; an ``Unshown`` when stderr is not a terminal.
     """
+    if not sys.stderr.isatty():
+        yield Unshown()
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    bar = Progress(
+    with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         console=err(),
         transient=True,
-        disable=not sys.stderr.isatty(),
-    )
-    if bar.disable:
-        yield bar  # never started: some versions of rich still end a stopped bar's line
-        return
-    with bar:
+    ) as bar:
         yield bar
 
 

@@ -100,3 +100,17 @@ def test_a_command_on_a_pipe_draws_no_bar_and_loads_none(tmp_path, command):
     assert code == 0
     assert "langgraph_checkpoint_verified.saver" in modules
     assert among(modules, ("rich.progress",)) == []
+
+
+@pytest.mark.parametrize("command", ["threads", "inspect", "verify"])
+def test_a_store_that_is_not_there_is_told_before_langgraph_is_loaded(tmp_path, command):
+    # a typo in STORE: the one-line error comes from the command line alone
+    missing = tmp_path / "stroe"
+    code, _, modules = run_and_list_modules([command, str(missing)])
+    assert code == 2
+    # the commands' own modules may load (inspect and verify run through cli.legacy)
+    store_side = tuple(
+        m for m in NOT_FOR_HELP if not m.startswith("langgraph_checkpoint_verified.cli")
+    )
+    assert among(modules, store_side) == []
+    assert not missing.exists()

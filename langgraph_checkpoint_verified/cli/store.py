@@ -98,26 +98,18 @@ def open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSave
     Raises:
         CommandError: No store is there, or it needs a key that was not given.
     """
-    from langgraph_checkpoint_verified.engine.marker import STORE_MARKER_KEY
-    from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
-
     if is_object_store(args.store):
-        storage = object_storage(args.store)
-        # one LIST, before the saver reads or writes anything: a bucket that does not
-        # exist fails here, and a mistyped prefix is not taken for an empty store
-        names = set(storage.list(""))
-        if not names:
-            raise CommandError(f"no store at {args.store}: nothing is stored under that prefix")
-        if not names & {"threads", QUARANTINE_PREFIX, STORE_MARKER_KEY}:
-            raise CommandError(
-                f"{args.store} is not a store: it has neither threads/ nor {QUARANTINE_PREFIX}/"
-            )
-        return _open_saver(args, storage, quarantine=quarantine)
+        return _open_existing_objects(args, quarantine=quarantine)
     path = Path(args.store)
     if not path.exists():
         raise CommandError(f"no store at {path}: the directory does not exist")
     if not path.is_dir():
         raise CommandError(f"{path} is not a store: a store is a directory")
+    # imported once the path is known to be there: a typo is told before LangGraph
+    # and the engine are loaded
+    from langgraph_checkpoint_verified.engine.marker import STORE_MARKER_KEY
+    from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
+
     looks_like_store = (
         (path / "threads").is_dir()
         or (path / QUARANTINE_PREFIX).is_dir()
@@ -128,6 +120,24 @@ def open_existing(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSave
             f"{path} is not a store: it has neither threads/ nor {QUARANTINE_PREFIX}/"
         )
     return _open_saver(args, path, quarantine=quarantine)
+
+
+def _open_existing_objects(args: argparse.Namespace, *, quarantine: bool) -> VerifiedSaver:
+    """``open_existing`` for an object store (``s3://...``)."""
+    from langgraph_checkpoint_verified.engine.marker import STORE_MARKER_KEY
+    from langgraph_checkpoint_verified.storage.base import QUARANTINE_PREFIX
+
+    storage = object_storage(args.store)
+    # one LIST, before the saver reads or writes anything: a bucket that does not
+    # exist fails here, and a mistyped prefix is not taken for an empty store
+    names = set(storage.list(""))
+    if not names:
+        raise CommandError(f"no store at {args.store}: nothing is stored under that prefix")
+    if not names & {"threads", QUARANTINE_PREFIX, STORE_MARKER_KEY}:
+        raise CommandError(
+            f"{args.store} is not a store: it has neither threads/ nor {QUARANTINE_PREFIX}/"
+        )
+    return _open_saver(args, storage, quarantine=quarantine)
 
 
 def _open_saver(

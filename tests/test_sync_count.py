@@ -227,3 +227,59 @@ def test_the_counts_see_the_calls_the_saver_makes(tmp_path):
     assert first.new_files == NEW_FILES_PER_PUT + 2
     assert ops == disk.ops[-len(ops) :]  # after the ones opening the store made
     assert {op.thread for op in ops} == {threading.get_ident()}
+
+
+def new_thread_checkpoint() -> dict[str, Any]:
+    return {
+        "v": 1,
+        "id": "1",
+        "ts": "",
+        "channel_values": {"x": 1},
+        "channel_versions": {"x": 1},
+        "versions_seen": {},
+    }
+
+
+def test_a_new_thread_s_first_put_syncs_its_log_before_its_directories(tmp_path):
+    # the log's fdatasync commits the file system's journal with the new directory
+    # entries in it; the directory syncs made after it (still needed where a file's sync
+    # does not carry its name) then find nothing left to commit: one journal commit for
+    # a new thread, not three. All three are made before put returns.
+    root = tmp_path / "store"
+    root.mkdir()
+    with FaultFS.counting(root) as disk:
+        saver = VerifiedSaver(root)
+        saver.put({"configurable": {"thread_id": "old"}}, new_thread_checkpoint(), {}, {"x": 1})
+        with disk.capture() as ops:
+            saver.put({"configurable": {"thread_id": "new"}}, new_thread_checkpoint(), {}, {"x": 1})
+    syncs = [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")]
+    assert syncs == [
+        ("sync", f"threads/new/{LOG_NAME}"),
+        ("dirsync", "threads/new"),
+        ("dirsync", "threads"),
+    ]
+    # nothing but the parity written after them: the log's bytes were all synced first
+    after = ops[[op.kind for op in ops].index("dirsync") :]
+    assert [op.path for op in after if op.kind == "write"] == [f"threads/new/{LOG_NAME}.parity"]
+
+
+def test_a_lock_block_that_appends_nothing_syncs_the_new_log_s_directories(tmp_path):
+    # the block's flock makes the log; with no append to sync them after, its directory
+    # entries are synced as the block ends, before another process may append to it
+    root = tmp_path / "store"
+    root.mkdir()
+    with FaultFS.counting(root) as disk:
+        saver = VerifiedSaver(root)
+        saver.put({"configurable": {"thread_id": "old"}}, new_thread_checkpoint(), {}, {"x": 1})
+        with disk.capture() as ops, saver.engine.storage.lock("threads/empty", exclusive=True):
+            inside = len(ops)
+    made = [op.path for op in ops[:inside] if op.kind in ("mkdir", "create")]
+    assert made == [
+        "threads/empty",
+        f"threads/empty/{LOG_NAME}.parity",
+        f"threads/empty/{LOG_NAME}",
+    ]
+    assert [(op.kind, op.path) for op in ops[inside:]] == [
+        ("dirsync", "threads/empty"),
+        ("dirsync", "threads"),
+    ]

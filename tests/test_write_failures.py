@@ -388,23 +388,29 @@ def test_a_torn_tail_that_cannot_be_cut_fails_the_append_and_is_cut_by_the_next(
 def test_put_on_a_new_thread_fails_cleanly_when_its_new_log_cannot_be_synced_in(
     tmp_path, monkeypatch
 ):
-    """The first append of a thread creates its log and fsyncs the thread's directory
-    so that the log's name survives a crash: if that fsync fails, the put must raise
-    ``StoreWriteError`` as every other failed step does."""
+    """The first append of a thread creates its log, syncs it, then fsyncs the thread's
+    directory so that the log's name survives a crash: if that fsync fails, the put
+    must raise ``StoreWriteError`` as every other failed step does. The entry, synced
+    but never acknowledged, is a tail the next append cuts off; the same put succeeds
+    once the disk is back."""
     store = tmp_path / "store"
     saver = VerifiedSaver(store)
+    config = {"configurable": {"thread_id": THREAD_ID, "checkpoint_ns": ""}}
     checkpoint = empty_checkpoint()
+    metadata = {"source": "input", "step": -1, "parents": {}}
     fault = inject(monkeypatch, ("fsync", "dir", 1), errno.EIO, store)
     with pytest.raises(StoreWriteError) as raised:
-        saver.put(
-            {"configurable": {"thread_id": THREAD_ID, "checkpoint_ns": ""}},
-            checkpoint,
-            {"source": "input", "step": -1, "parents": {}},
-            {},
-        )
+        saver.put(config, checkpoint, metadata, {})
     assert fault.reached
     monkeypatch.undo()
     assert_clear_error(raised, errno.EIO, store)
+    assert_whole_entries(log_path(store).read_bytes())
+
+    saver.put(config, checkpoint, metadata, {})
+    found = VerifiedSaver(store).get_tuple(config)
+    assert found is not None and found.checkpoint["id"] == checkpoint["id"]
+    assert VerifiedSaver(store).verify().ok
+    assert_whole_entries(log_path(store).read_bytes())
 
 
 # -- compaction -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from langgraph_checkpoint_verified.errors import StoreWriteError
@@ -36,6 +37,21 @@ DELETIONS_SYNCED_TOGETHER = 128
 """Trees deleted in a ``deleting_together`` block whose renames one directory sync makes
 durable: a sweep of many threads syncs once per this many, and leaves at most this many
 renamed trees behind if it is killed."""
+
+
+@dataclass
+class UnsyncedDirectories:
+    """Directory entries made for a new file whose syncs wait for the file's first synced
+    bytes: made after that ``fdatasync``, they find its journal commit already made the
+    entries durable (ext4, XFS), and each costs a flush instead of a commit of its own."""
+
+    to_sync: list[str] = field(default_factory=list)
+    """Directories to ``fsync`` (each holds a new entry), outermost first."""
+    made: list[str] = field(default_factory=list)
+    """Directories that vouch for durable writes once those syncs are made."""
+
+    def __bool__(self) -> bool:
+        return bool(self.to_sync or self.made)
 
 
 class RecordFileStorage(OneRecordPerWrite):
@@ -123,28 +139,39 @@ class RecordFileStorage(OneRecordPerWrite):
             self.ensure_directory(directory, sync=sync)
             return temp, os.open(temp, flags, FILE_MODE)
 
-    def ensure_directory(self, directory: str, *, sync: bool) -> bool:
+    def ensure_directory(
+        self, directory: str, *, sync: bool, later: UnsyncedDirectories | None = None
+    ) -> bool:
         """Make ``directory`` and its missing parents; ``sync`` makes each new entry durable.
 
         Whether this call made ``directory`` itself: it then holds nothing but what
         this process puts in it. A ``mkdir`` first, the parents only if it is refused
         for want of them: a directory that exists costs one call, a new one two (and
         its parent's sync), without a look at each level first.
+
+        With ``later``, the syncs are not made here but noted there, for the caller to
+        make with ``sync_later`` once the file it makes in ``directory`` holds its
+        first synced bytes (a thread's new log: ``storage.log.appending``).
         """
         if directory in self._known_dirs or (not sync and directory in self._seen_dirs):
             return False
-        made = self._make_directory(directory, sync=sync)
+        made = self._make_directory(directory, sync=sync, later=later)
         if sync and not made and directory in self._seen_dirs:
             # made (or found) by a write that need not last: its entry is synced now
-            self.sync_directory(os.path.dirname(directory))
+            self._sync_now_or_later(os.path.dirname(directory), later)
         # one made without its fsync must not vouch for a durable write later
-        if sync or not self.fsync:
+        if later is not None and sync and self.fsync:
+            self._seen_dirs.add(directory)
+            later.made.append(directory)
+        elif sync or not self.fsync:
             self._known_dirs.add(directory)
         else:
             self._seen_dirs.add(directory)
         return made
 
-    def _make_directory(self, directory: str, *, sync: bool) -> bool:
+    def _make_directory(
+        self, directory: str, *, sync: bool, later: UnsyncedDirectories | None = None
+    ) -> bool:
         try:
             os.mkdir(directory, DIR_MODE)
         except FileExistsError:
@@ -153,15 +180,32 @@ class RecordFileStorage(OneRecordPerWrite):
             parent = os.path.dirname(directory)
             if parent == directory:
                 raise
-            self._make_directory(parent, sync=sync)
+            self._make_directory(parent, sync=sync, later=later)
             try:
                 os.mkdir(directory, DIR_MODE)
             except FileExistsError:
                 return False
         if sync:
             # the new entry must survive a crash as much as the file inside it
-            self.sync_directory(os.path.dirname(directory))
+            self._sync_now_or_later(os.path.dirname(directory), later)
         return True
+
+    def _sync_now_or_later(self, directory: str, later: UnsyncedDirectories | None) -> None:
+        if later is None:
+            self.sync_directory(directory)
+        elif self.fsync and directory not in later.to_sync:
+            later.to_sync.append(directory)
+
+    def sync_later(self, later: UnsyncedDirectories) -> None:
+        """Make the syncs ``ensure_directory`` left in ``later``, innermost directory first;
+        its directories then vouch for durable writes, as if made with their syncs."""
+        for directory in reversed(later.to_sync):
+            self.sync_directory(directory)
+        later.to_sync.clear()
+        for directory in later.made:
+            self._seen_dirs.discard(directory)
+            self._known_dirs.add(directory)
+        later.made.clear()
 
     def forget_directories(self) -> None:
         """Forget which directories exist (one was removed): the next write makes it again."""

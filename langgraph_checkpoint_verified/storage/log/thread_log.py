@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from langgraph_checkpoint_verified.storage.files import UnsyncedDirectories
 from langgraph_checkpoint_verified.storage.log.commits import CommitGroup
 from langgraph_checkpoint_verified.storage.log.entries import PUT
 from langgraph_checkpoint_verified.storage.log.key_directory import KeyDirectory
@@ -132,6 +133,9 @@ class ThreadLog:
         self.append_fd: int | None = None
         """Kept open between appends (see ``LogAppender.appending``)."""
         self.append_ino: int | None = None
+        self.unsynced_directories: UnsyncedDirectories | None = None
+        """The directory entries of a log this process made, not synced yet: synced after
+        the first append's own sync, before its ``flock`` is let go of."""
         self.retiring = False
         """Whether the last entry read is the log's retirement (a compaction or a deletion
         moves it from its path next): until the path names another file, every look at

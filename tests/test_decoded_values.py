@@ -34,6 +34,7 @@ from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.engine.decoded_values import (
     DecodedValues,
     Uncopyable,
+    copier,
     plain_copy,
 )
 from langgraph_checkpoint_verified.errors import RecordDamagedError
@@ -171,6 +172,77 @@ def test_nested_models_enums_dates_and_tuples_are_copied():
 def test_anything_else_is_refused(value):
     with pytest.raises(Uncopyable):
         plain_copy(value)
+
+
+# -- copier ---------------------------------------------------------------------------------
+
+
+def nested_value() -> dict[Any, Any]:
+    return {
+        "outer": Outer(
+            inner=Inner(tags=["a"], scores={"x": 1.5}),
+            when=datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc),
+            color=Color.RED,
+            pair=(1, "one"),
+        ),
+        "id": uuid.uuid4(),
+        (1, "key"): [None, True, b"raw"],
+        "empty": [[], {}],
+        "messages": messages(),
+    }
+
+
+@pytest.mark.parametrize("make", [messages, nested_value], ids=["messages", "nested"])
+def test_a_copier_gives_a_new_copy_at_each_call_equal_to_what_it_copies(make):
+    kept = plain_copy(make())
+    copy = copier(kept)
+    first, second = copy(), copy()
+    assert first == second == kept
+    assert plain_copy(kept) == first
+    assert not mutable_ids(first) & mutable_ids(second)
+    assert not mutable_ids(first) & mutable_ids(kept)
+
+
+def test_a_copier_s_copies_keep_each_model_s_fields_set_order_and_extras():
+    kept = plain_copy(messages())
+    copied = copier(kept)()
+    assert [m.model_fields_set for m in copied] == [m.model_fields_set for m in kept]
+    assert [list(m.__dict__) for m in copied] == [list(m.__dict__) for m in kept]
+    assert [m.__pydantic_extra__ for m in copied] == [m.__pydantic_extra__ for m in kept]
+    assert [type(m) for m in copied] == [type(m) for m in kept]
+
+
+def test_what_a_caller_does_to_a_copier_s_copy_is_not_seen_by_the_next():
+    kept = plain_copy(messages())
+    copy = copier(kept)
+    for _ in range(3):
+        read = copy()
+        assert read == messages()
+        read[1].tool_calls[0]["args"]["q"].append("mine")
+        read[1].additional_kwargs["mine"] = True
+        read[1].name = "mine"  # pydantic adds it to the copy's fields set
+        read[0].content.append({"type": "text", "text": "mine"})
+        read[2].artifact["rows"].clear()
+    assert kept == messages()
+    assert copy()[1].model_fields_set == messages()[1].model_fields_set
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Point(1),
+        [1, {"p": Point(2)}],
+        {1, 2},
+        bytearray(b"x"),
+        Tagged("s"),
+        OwnCopy(x=1),
+        (lambda: None),
+    ],
+    ids=["dataclass", "nested", "set", "bytearray", "str-subclass", "own-deepcopy", "function"],
+)
+def test_a_copier_refuses_what_plain_copy_refuses(value):
+    with pytest.raises(Uncopyable):
+        copier(value)
 
 
 # -- DecodedValues -------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,30 @@ def test_without_fsync_nothing_is_synced_and_the_rest_is_the_same(tmp_path, api)
         assert measured == without_syncs, f"{method}: measured {measured}"
 
 
+def put_first(saver: VerifiedSaver, thread_id: str) -> None:
+    """The first checkpoint of a thread, made by the call."""
+    checkpoint = {
+        "v": 1,
+        "id": "1",
+        "ts": "",
+        "channel_values": {"x": 1},
+        "channel_versions": {"x": 1},
+        "versions_seen": {},
+    }
+    saver.put({"configurable": {"thread_id": thread_id}}, checkpoint, {}, {"x": 1})
+
+
+@pytest.fixture
+def a_thread_in(tmp_path: Path) -> Iterator[tuple[FaultFS, VerifiedSaver]]:
+    """A counted store with one thread in it already (``threads/`` made and synced)."""
+    root = tmp_path / "store"
+    root.mkdir()
+    with FaultFS.counting(root) as disk:
+        saver = VerifiedSaver(root)
+        put_first(saver, "old")
+        yield disk, saver
+
+
 def test_the_counts_see_the_calls_the_saver_makes(tmp_path):
     # the counter is not blind: a put on a new thread costs more (its directories and its
     # log), and every operation is made by the thread that called put
@@ -211,16 +236,8 @@ def test_the_counts_see_the_calls_the_saver_makes(tmp_path):
     root.mkdir()
     with FaultFS.counting(root) as disk:
         saver = VerifiedSaver(root)
-        checkpoint = {
-            "v": 1,
-            "id": "1",
-            "ts": "",
-            "channel_values": {"x": 1},
-            "channel_versions": {"x": 1},
-            "versions_seen": {},
-        }
         with disk.capture() as ops:
-            saver.put({"configurable": {"thread_id": "new"}}, checkpoint, {}, {"x": 1})
+            put_first(saver, "new")
     first = Tally.of(ops)
     assert first.new_dirs > 0 and first.dir_syncs > DIR_SYNCS_PER_PUT
     # the thread's log (its flock is the thread's lock) and the log's parity
@@ -229,29 +246,14 @@ def test_the_counts_see_the_calls_the_saver_makes(tmp_path):
     assert {op.thread for op in ops} == {threading.get_ident()}
 
 
-def new_thread_checkpoint() -> dict[str, Any]:
-    return {
-        "v": 1,
-        "id": "1",
-        "ts": "",
-        "channel_values": {"x": 1},
-        "channel_versions": {"x": 1},
-        "versions_seen": {},
-    }
-
-
-def test_a_new_thread_s_first_put_syncs_its_log_before_its_directories(tmp_path):
+def test_a_new_thread_s_first_put_syncs_its_log_before_its_directories(a_thread_in):
     # the log's fdatasync commits the file system's journal with the new directory
     # entries in it; the directory syncs made after it (still needed where a file's sync
     # does not carry its name) then find nothing left to commit: one journal commit for
     # a new thread, not three. All three are made before put returns.
-    root = tmp_path / "store"
-    root.mkdir()
-    with FaultFS.counting(root) as disk:
-        saver = VerifiedSaver(root)
-        saver.put({"configurable": {"thread_id": "old"}}, new_thread_checkpoint(), {}, {"x": 1})
-        with disk.capture() as ops:
-            saver.put({"configurable": {"thread_id": "new"}}, new_thread_checkpoint(), {}, {"x": 1})
+    disk, saver = a_thread_in
+    with disk.capture() as ops:
+        put_first(saver, "new")
     syncs = [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")]
     assert syncs == [
         ("sync", f"threads/new/{LOG_NAME}"),
@@ -263,16 +265,12 @@ def test_a_new_thread_s_first_put_syncs_its_log_before_its_directories(tmp_path)
     assert [op.path for op in after if op.kind == "write"] == [f"threads/new/{LOG_NAME}.parity"]
 
 
-def test_a_lock_block_that_appends_nothing_syncs_the_new_log_s_directories(tmp_path):
+def test_a_lock_block_that_appends_nothing_syncs_the_new_log_s_directories(a_thread_in):
     # the block's flock makes the log; with no append to sync them after, its directory
     # entries are synced as the block ends, before another process may append to it
-    root = tmp_path / "store"
-    root.mkdir()
-    with FaultFS.counting(root) as disk:
-        saver = VerifiedSaver(root)
-        saver.put({"configurable": {"thread_id": "old"}}, new_thread_checkpoint(), {}, {"x": 1})
-        with disk.capture() as ops, saver.engine.storage.lock("threads/empty", exclusive=True):
-            inside = len(ops)
+    disk, saver = a_thread_in
+    with disk.capture() as ops, saver.engine.storage.lock("threads/empty", exclusive=True):
+        inside = len(ops)
     made = [op.path for op in ops[:inside] if op.kind in ("mkdir", "create")]
     assert made == [
         "threads/empty",

@@ -20,6 +20,7 @@ import enum
 import itertools
 import random
 import threading
+import tracemalloc
 import uuid
 from typing import Any
 
@@ -198,6 +199,26 @@ def test_what_a_caller_does_to_a_copier_s_copy_is_not_seen_by_the_next():
         read[2].artifact["rows"].clear()
     assert kept == messages()
     assert copy()[1].model_fields_set == messages()[1].model_fields_set
+
+
+def test_the_copiers_of_a_chat_s_messages_share_what_they_have_alike():
+    # each kept message has a copier for as long as it is kept: the parts messages have
+    # alike (the fields given, the empty containers) are held once, so a copier costs
+    # less than the message it copies (here 0.3 KB against 0.8 KB; copiers made of
+    # closures took 1.2 KB)
+    chat = [HumanMessage(f"q {n}") if n % 2 else AIMessage(f"a {n}") for n in range(400)]
+    kept = plain_copy(chat)
+    copier(kept[:2])  # what is shared, made before measuring
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        copies = copier(kept)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert grown / len(chat) < 600
+    assert copies() == chat
 
 
 @pytest.mark.parametrize(

@@ -53,8 +53,9 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """Serialized bytes of the parts whose values are kept (or noted as read once).
 
 Deserialized objects take a few times their serialized size (a message of 500
-characters: 0.7 KB serialized, 1.9 KB of Python objects), so this is some 10 to
-20 MB of memory at most, and keeps the messages of a chat of a few thousand turns."""
+characters: 0.7 KB serialized, 1.9 KB of Python objects, and 0.35 KB more for its
+copier), so this is some 10 to 25 MB of memory at most, and keeps the messages of a
+chat of a few thousand turns."""
 
 
 class Uncopyable(Exception):
@@ -238,43 +239,74 @@ def copier(value: Any) -> Callable[[], Any]:
 
 
 def _fields_copier(fields: dict[Any, Any]) -> Callable[[], dict[Any, Any]]:
-    """A copier of a dict whose keys are immutable (a model's ``__dict__``): copied whole,
-    then the values that are not immutable replaced by copies, keys in their order."""
-    changing = tuple(
+    """A copier of a dict whose keys are immutable: copied whole, then the values that
+    are not immutable replaced by copies, keys in their order."""
+    return functools.partial(_copy_fields_by_plan, fields, _changing(fields))
+
+
+def _changing(fields: dict[Any, Any]) -> tuple[tuple[Any, Callable[[], Any]], ...]:
+    """``(key, copier)`` of each value of ``fields`` that is not immutable."""
+    return tuple(
         (name, copier(item)) for name, item in fields.items() if type(item) not in _IMMUTABLE
     )
 
-    def copy_fields() -> dict[Any, Any]:
-        copied = fields.copy()
-        for name, copy in changing:
-            copied[name] = copy()
-        return copied
 
-    return copy_fields
+def _copy_fields_by_plan(
+    fields: dict[Any, Any], changing: tuple[tuple[Any, Callable[[], Any]], ...]
+) -> dict[Any, Any]:
+    copied = fields.copy()
+    for name, copy in changing:
+        copied[name] = copy()
+    return copied
+
+
+_SHARED_PLAN_PARTS = 1024
+_shared_parts: dict[Any, Any] = {}
+"""Parts of model copiers that many messages have alike (the set of fields given, the
+empty containers to make new), kept once: a copier is then a few hundred bytes, not
+the kilobyte and a half each would take. Bounded: field names come from the models'
+classes, and past the bound a part is simply not shared."""
+
+
+def _shared(part: Any) -> Any:
+    found = _shared_parts.get(part)
+    if found is not None:
+        return found
+    if len(_shared_parts) < _SHARED_PLAN_PARTS:
+        _shared_parts[part] = part
+    return part
 
 
 def _model_copier(value: BaseModel) -> Callable[[], BaseModel]:
     """``_copy_model`` of ``value``, decided once."""
-    kind = type(value)
-    new = kind.__new__
-    copy_fields = _fields_copier(value.__dict__)
+    fields = value.__dict__
+    changing = _changing(fields)
+    if all(copy is dict or copy is list for _, copy in changing):
+        changing = _shared(changing)  # only empty containers: alike in many messages
     extra = value.__pydantic_extra__
-    copy_extra = None if extra is None else copier(extra)
-    fields_set = frozenset(value.__pydantic_fields_set__)
     private = getattr(value, "__pydantic_private__", None)
-    copy_private = None if private is None else copier(private)
+    plan = (
+        type(value),
+        fields,
+        changing,
+        None if extra is None else copier(extra),
+        _shared(frozenset(value.__pydantic_fields_set__)),
+        None if private is None else copier(private),
+    )
+    return functools.partial(_copy_model_by_plan, plan)
 
-    def copy_model() -> BaseModel:
-        copied = new(kind)
-        _set_attribute(copied, "__dict__", copy_fields())
-        _set_attribute(copied, "__pydantic_extra__", None if copy_extra is None else copy_extra())
-        _set_attribute(copied, "__pydantic_fields_set__", set(fields_set))
-        _set_attribute(
-            copied, "__pydantic_private__", None if copy_private is None else copy_private()
-        )
-        return copied
 
-    return copy_model
+def _copy_model_by_plan(plan: tuple[Any, ...]) -> BaseModel:
+    kind, fields, changing, copy_extra, fields_set, copy_private = plan
+    own = fields.copy()
+    for name, copy in changing:
+        own[name] = copy()
+    copied = kind.__new__(kind)
+    _set_attribute(copied, "__dict__", own)
+    _set_attribute(copied, "__pydantic_extra__", None if copy_extra is None else copy_extra())
+    _set_attribute(copied, "__pydantic_fields_set__", set(fields_set))
+    _set_attribute(copied, "__pydantic_private__", None if copy_private is None else copy_private())
+    return copied
 
 
 def _call_each(copiers: list[Callable[[], Any]]) -> list[Any]:

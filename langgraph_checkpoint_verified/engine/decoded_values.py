@@ -159,14 +159,31 @@ def _copy_fields(fields: dict[str, Any]) -> dict[str, Any]:
 
 def _copy_model(value: BaseModel) -> BaseModel:
     # what pydantic's own BaseModel.__deepcopy__ does, with plain_copy for deepcopy
-    kind = type(value)
-    copied = kind.__new__(kind)
-    _set_attribute(copied, "__dict__", _copy_fields(value.__dict__))
     extra = value.__pydantic_extra__
-    _set_attribute(copied, "__pydantic_extra__", None if extra is None else _copy_dict(extra))
-    _set_attribute(copied, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
     private = getattr(value, "__pydantic_private__", None)
-    _set_attribute(copied, "__pydantic_private__", None if private is None else _copy_dict(private))
+    return _new_model(
+        type(value),
+        _copy_fields(value.__dict__),
+        None if extra is None else _copy_dict(extra),
+        set(value.__pydantic_fields_set__),
+        None if private is None else _copy_dict(private),
+    )
+
+
+def _new_model(
+    kind: type[BaseModel],
+    fields: dict[str, Any],
+    extra: dict[str, Any] | None,
+    fields_set: set[str],
+    private: dict[str, Any] | None,
+) -> BaseModel:
+    """A model of ``kind`` made of these parts, as ``BaseModel.__deepcopy__`` makes one:
+    no validation, each part its own (the caller copied them)."""
+    copied = kind.__new__(kind)
+    _set_attribute(copied, "__dict__", fields)
+    _set_attribute(copied, "__pydantic_extra__", extra)
+    _set_attribute(copied, "__pydantic_fields_set__", fields_set)
+    _set_attribute(copied, "__pydantic_private__", private)
     return copied
 
 
@@ -298,15 +315,13 @@ def _model_copier(value: BaseModel) -> Callable[[], BaseModel]:
 
 def _copy_model_by_plan(plan: tuple[Any, ...]) -> BaseModel:
     kind, fields, changing, copy_extra, fields_set, copy_private = plan
-    own = fields.copy()
-    for name, copy in changing:
-        own[name] = copy()
-    copied = kind.__new__(kind)
-    _set_attribute(copied, "__dict__", own)
-    _set_attribute(copied, "__pydantic_extra__", None if copy_extra is None else copy_extra())
-    _set_attribute(copied, "__pydantic_fields_set__", set(fields_set))
-    _set_attribute(copied, "__pydantic_private__", None if copy_private is None else copy_private())
-    return copied
+    return _new_model(
+        kind,
+        _copy_fields_by_plan(fields, changing),
+        None if copy_extra is None else copy_extra(),
+        set(fields_set),
+        None if copy_private is None else copy_private(),
+    )
 
 
 def _call_each(copiers: list[Callable[[], Any]]) -> list[Any]:

@@ -281,3 +281,72 @@ def test_a_lock_block_that_appends_nothing_syncs_the_new_log_s_directories(a_thr
         ("dirsync", "threads/empty"),
         ("dirsync", "threads"),
     ]
+
+
+def made_before_its_flock(saver: VerifiedSaver, thread_key: str) -> None:
+    """Leave ``saver`` where a process making a thread's log stands before it takes the
+    log's ``flock``: the directory, the parity sidecar and the empty log made, nothing
+    synced, nothing appended. Another saver on the store may take the ``flock`` first."""
+    storage = saver.engine.storage
+    storage.appender._append_descriptor(storage._log(thread_key))
+
+
+def test_the_first_put_to_a_log_another_process_made_syncs_its_directories(a_thread_in):
+    # the maker syncs a new log's directory entries after its first append, under the
+    # log's flock; another process that takes the flock between the log's making and the
+    # maker's first flock appends first, and its put may not rely on entries nobody has
+    # synced yet: a log found empty is one whose entries are synced by its first append
+    disk, saver = a_thread_in
+    maker = VerifiedSaver(saver.engine.storage.root)  # its own descriptors and flocks
+    made_before_its_flock(maker, "threads/new")
+    with disk.capture() as ops:
+        put_first(saver, "new")
+    syncs = [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")]
+    assert syncs == [
+        ("sync", f"threads/new/{LOG_NAME}"),
+        ("dirsync", "threads/new"),
+        ("dirsync", "threads"),
+        ("dirsync", ""),  # the store's own directory: ``threads`` may be as new
+    ]
+    # the maker goes on to append after it, to the log as it finds it, and syncs what it
+    # made as it always does
+    with disk.capture() as ops:
+        put_first(maker, "new")
+    assert [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")] == [
+        ("sync", f"threads/new/{LOG_NAME}"),
+        ("dirsync", "threads/new"),
+        ("dirsync", "threads"),
+    ]
+    assert len(list(VerifiedSaver(saver.engine.storage.root).list(None))) == 2
+
+
+def test_a_log_made_in_a_thread_directory_made_elsewhere_syncs_the_ones_above(a_thread_in):
+    # the thread's directory made by another process (not synced yet), its log by this one
+    disk, saver = a_thread_in
+    maker = VerifiedSaver(saver.engine.storage.root)
+    maker.engine.storage.files.ensure_directory(
+        f"{saver.engine.storage.root}/threads/new", sync=False
+    )
+    with disk.capture() as ops:
+        put_first(saver, "new")
+    assert [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")] == [
+        ("sync", f"threads/new/{LOG_NAME}"),
+        ("dirsync", "threads/new"),
+        ("dirsync", "threads"),
+        ("dirsync", ""),
+    ]
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+def test_a_put_to_a_log_another_process_just_made_survives_a_power_cut(tmp_path, seed):
+    # the store's first thread: ``threads`` is made by the maker too, and lost with the
+    # rest unless the put that returned synced it
+    root = tmp_path / "store"
+    VerifiedSaver(root)  # the store made (its marker synced) before the disk is modelled
+    with FaultFS(root, seed=seed) as disk:
+        maker, writer = VerifiedSaver(root), VerifiedSaver(root)
+        made_before_its_flock(maker, "threads/new")
+        put_first(writer, "new")  # acknowledged
+        disk.cut_power()
+    (found,) = VerifiedSaver(root).list({"configurable": {"thread_id": "new"}})
+    assert found.checkpoint["channel_values"] == {"x": 1}

@@ -428,8 +428,14 @@ class LogAppender:
         entries in it (ext4, XFS), and the directory syncs after it, still made for the
         file systems that need them, each cost a flush instead of a commit of its own. A
         new thread's first ``put`` makes one commit instead of three. Nothing is
-        acknowledged before the entries are synced, and no other process appends to the
-        log before its ``flock`` is let go of.
+        acknowledged before the entries are synced.
+
+        The same holds for a log found empty that another process made: its maker may
+        not have taken its ``flock`` yet, and the entries leading to it (the log's, its
+        directory's, and ``threads``' for a store's first thread) may still wait for the
+        maker's first append. Whoever appends to the log first syncs them after its own
+        (three ``fsync`` calls where the maker had synced them already; none for a log
+        that holds anything, or one made here in a directory made here).
         """
         if log.append_fd is not None:
             return log.append_fd
@@ -454,13 +460,17 @@ class LogAppender:
                 if attempt == 1 and isinstance(exc, FileNotFoundError):
                     continue  # the thread's directory was deleted since it was made: again
                 raise StoreWriteError(log.path, exc) from exc
-        log.append_fd, log.append_ino = fd, os.fstat(fd).st_ino
+        st = os.fstat(fd)
+        log.append_fd, log.append_ino = fd, st.st_ino
         if created:
             log.parity.bind(log.append_ino)
         if later is not None:
-            if created:
-                # the new log's name must survive a crash as much as what it holds
-                later.to_sync.append(log.directory)
+            if st.st_size == 0:
+                # nothing appended yet: the new log's name must survive a crash as much
+                # as what it will hold, and so must the names above it that this
+                # process did not make (and sync) itself
+                above = [log.directory] if log.made_here else self._up_to_root(log.directory)
+                later.to_sync.extend(d for d in above if d not in later.to_sync)
             if later:
                 pending = log.unsynced_directories
                 if pending is not None:  # an earlier opening's, never synced: kept too
@@ -468,6 +478,14 @@ class LogAppender:
                     later.made[:0] = pending.made
                 log.unsynced_directories = later
         return fd
+
+    def _up_to_root(self, directory: str) -> builtins.list[str]:
+        """The store's directory and those between it and ``directory``, outermost first."""
+        root = self.files.location("")
+        chain = [directory]
+        while chain[0] != root and os.path.dirname(chain[0]) != chain[0]:
+            chain.insert(0, os.path.dirname(chain[0]))
+        return chain
 
     def _sync_directories(self, log: ThreadLog) -> None:
         """Sync the directory entries of the log this process made (caller holds its

@@ -391,7 +391,9 @@ def test_a_block_damaged_after_the_hint_was_opened_sends_the_reader_to_the_log(
     whole_reads = []
     read_whole = LogReader._read_whole
     monkeypatch.setattr(
-        LogReader, "_read_whole", lambda self, log: whole_reads.append(1) or read_whole(self, log)
+        LogReader,
+        "_read_whole",
+        lambda self, log, **how: whole_reads.append(how) or read_whole(self, log, **how),
     )
     root = tmp_path / "store"
     fill(VerifiedSaver(root, fsync=False), 1500)
@@ -407,7 +409,7 @@ def test_a_block_damaged_after_the_hint_was_opened_sends_the_reader_to_the_log(
         f.write(bytes([data[offset + size // 2] ^ 0xFF]))
     assert whole_reads == []
     assert len(list(reader.list(THREAD))) == 1500  # every block: the first fails, the log is read
-    assert whole_reads == [1]
+    assert whole_reads == [{"from_hint": False}]  # the same hint: nothing to read on from
     assert reader.get_tuple(THREAD).metadata["step"] == 1499
     assert reader.stats.damaged_records == 0  # a hint is no record: nothing to report
 
@@ -511,6 +513,92 @@ def test_a_directory_read_from_a_hint_block_by_block_answers_as_a_complete_one(t
         assert dict(again.items()) == dict(whole.items())  # the hint written, read afresh
     assert unread_answers > 300  # most answers came with blocks still unread
     assert carried > 30  # and blocks never read were carried into the next hint as they were
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_directory_whose_hint_another_process_replaces_answers_as_a_complete_one(
+    tmp_path, monkeypatch, seed
+):
+    """Random lookups, writes, deletions, listings and stretches of log, on a directory
+    filled whole and on one taken from a hint as it is used, while another process now and
+    then writes the next hint in its place (cut into blocks of other sizes: no block of
+    the new hint holds the keys of a block of the old). The directory reads on from the
+    hint at the path, as a reader caught up with the log would find it; every answer the
+    same as the complete directory's, whatever call was reading a block then."""
+    rng = random.Random(seed)
+    from langgraph_checkpoint_verified.storage.log import entries
+
+    keys = [f"threads/t/ns/~/checkpoints/1f0{n:05d}.ckpt" for n in range(900)]
+    keys += [f"threads/t/ns/~/writes/1f0{n:05d}/task.0" for n in range(0, 900, 2)]
+    keys += [f"threads/t/tools/call{n}.tool" for n in range(60)]
+    whole = KeyDirectory()
+    for n, key in enumerate(keys):
+        whole[key] = (n * 10, 10)
+    hint = tmp_path / HINT_NAME
+    replaced = {"written": 0, "read_on": 0}
+
+    def write_next_hint() -> None:
+        """Another process's hint of the log as the directory knows it now, in place."""
+        monkeypatch.setattr(entries, "HINT_BLOCK_KEYS", rng.choice([37, 100, HINT_BLOCK_KEYS]))
+        data = encode_hint(TAIL, 10**9, [(k, *w) for k, w in sorted(dict.items(whole))])
+        monkeypatch.setattr(entries, "HINT_BLOCK_KEYS", HINT_BLOCK_KEYS)
+        temp = tmp_path / "next-hint"
+        temp.write_bytes(data)
+        os.replace(temp, hint)
+        replaced["written"] += 1
+
+    def opened(rescan) -> HintedDirectory:
+        stat = hint.stat()
+        return HintedDirectory(str(hint), (stat.st_ino, stat.st_size), lazy_index(hint), rescan)
+
+    def read_on(from_hint: bool) -> KeyDirectory:
+        # what ``LogReader`` gives: the hint at the path read on from, the log after it
+        # applied; here the log's state is the complete directory's, hinted afresh
+        assert from_hint, "every block verifies: no reason to read the log"
+        write_next_hint()
+        replaced["read_on"] += 1
+        return opened(read_on)
+
+    prefixes = ["threads/t/ns/~/checkpoints", "threads/t/tools", "threads/t/ns/~/writes"]
+    newer = [f"threads/t/ns/~/checkpoints/2f0{n:05d}.ckpt" for n in range(30)]
+    for _ in range(12):
+        write_next_hint()
+        lazy = opened(read_on)
+        for _step in range(25):
+            if rng.random() < 0.3:
+                write_next_hint()  # found replaced at the next block this directory reads
+            action = rng.randrange(8)
+            key = rng.choice([*rng.sample(keys, 2), rng.choice(newer)])
+            prefix = rng.choice(prefixes)
+            if action == 0:
+                lazy[key] = (_step, 1)
+                whole[key] = (_step, 1)
+            elif action == 1 and key in whole:
+                del lazy[key]
+                del whole[key]
+            elif action == 2:
+                assert lazy.get(key) == whole.get(key)
+                assert (key in lazy) == (key in whole)
+            elif action == 3:
+                assert sorted(lazy.keys_under(prefix)) == sorted(whole.keys_under(prefix))
+            elif action == 4:
+                assert sorted(lazy.names_under(prefix)) == sorted(whole.names_under(prefix))
+            elif action == 5:
+                count = rng.choice([1, 5, 120])
+                assert lazy.greatest_names_under(prefix, count) == (
+                    whole.greatest_names_under(prefix, count)
+                )
+            elif action == 6:
+                assert lazy.greatest_name_under(prefix) == whole.greatest_name_under(prefix)
+            else:
+                stretch = [*rng.sample(keys, 5), *rng.sample(newer, 3)]
+                changes = {k: rng.choice([None, (_step, 2)]) for k in stretch}
+                held = {k: whole[k] for k in changes if k in whole}
+                assert lazy.apply(changes) == held
+                whole.apply(changes)
+        assert dict(lazy.items()) == dict(whole.items())
+        assert len(lazy) == len(whole)
+    assert replaced["read_on"] > 30  # calls found their hint replaced, and read on
 
 
 def test_a_lookup_decodes_its_block_once_and_takes_no_key_into_the_directory(tmp_path, monkeypatch):

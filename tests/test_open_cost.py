@@ -48,6 +48,7 @@ from langgraph_checkpoint_verified.storage.log.hint_file import (
     HINT_BYTES_PER_ENTRY,
 )
 from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE, RECORD_SIZE, STRIPE_SIZE
+from langgraph_checkpoint_verified.storage.log.reading import LogReader
 from langgraph_checkpoint_verified.storage.log.tail import TAIL_WINDOW
 
 # a latest checkpoint is one record, plus the records holding its unchanged
@@ -565,3 +566,92 @@ def test_a_fallback_on_a_store_that_lists_in_full_lists_once(monkeypatch):
     )
     assert list(saver.engine.reader.newest_first("t", "")) == sorted(ids, reverse=True)
     assert len([p for p in listed if p.endswith("/checkpoints")]) == 1
+
+
+def hint_rewritten_by_another_saver(root: Path, parent: dict) -> dict:
+    """Another saver (another process, as far as the store can tell) goes on with the long
+    thread until it writes the thread's next hint in place of the one there; its last
+    config."""
+    hint = log_of(root, "long").parent / HINT_NAME
+    before = hint.stat().st_ino
+    other = VerifiedSaver(root, fsync=False)
+    for step in itertools.count(10_000):
+        if hint.stat().st_ino != before:
+            return parent
+        assert step < 20_000, "no new hint"
+        parent = other.put(
+            parent,
+            generate_checkpoint(
+                channel_values={"counter": step}, channel_versions={"counter": step}
+            ),
+            generate_metadata(step=step),
+            {"counter": step},
+        )
+    raise AssertionError("unreachable")
+
+
+def test_a_hint_another_process_replaced_is_read_on_from_not_the_log_again(tmp_path, monkeypatch):
+    # a long thread's hint is rewritten by whoever goes on with it; a reader that opened the
+    # thread from the earlier one, and has read a few of its blocks, reads the others from
+    # the hint at the path now (it covers no more of the log than the reader knows once
+    # caught up), then the log after it: not the whole log
+    root = tmp_path / "store"
+    parent = build_store(root, 2_000, 0)
+    log = log_of(root, "long")
+    VerifiedSaver(root).get_tuple(LONG)  # leaves the first hint
+    reader = VerifiedSaver(root)
+    reader.get_tuple(LONG)  # its index and the blocks of the newest checkpoint
+    whole_reads = []
+    read_whole = LogReader._read_whole
+    monkeypatch.setattr(
+        LogReader,
+        "_read_whole",
+        lambda self, log, **how: whole_reads.append(how) or read_whole(self, log, **how),
+    )
+    reader_log = reader.engine.storage._log(thread_prefix("long"))
+    known = reader_log.end
+    hint_rewritten_by_another_saver(root, parent)
+    counter = ReadCounter(monkeypatch)
+    listed = [(c.checkpoint["id"], c.metadata["step"]) for c in reader.list(LONG)]
+    _, reads = counter.take()
+    assert whole_reads == [{"from_hint": True}]
+    # what was appended since the reader last read, and nothing before it again (the
+    # whole log, before)
+    _, scans = split_reads(reads, log)
+    assert scans and all(offset >= known for offset, _ in scans)
+    fresh = VerifiedSaver(root).list(LONG)
+    assert listed == [(c.checkpoint["id"], c.metadata["step"]) for c in fresh]
+    assert len(listed) > 2_000
+
+    # and it goes on from there as a writer: its next hint carries that one's blocks
+    with reader_log.writing, reader_log.lock:
+        hint_file.write_hint(reader_log)
+    whole_reads.clear()
+    assert [c.checkpoint["id"] for c in VerifiedSaver(root).list(LONG)] == [i for i, _ in listed]
+    assert whole_reads == []  # the reader's hint verifies, block by block
+
+
+def test_a_replacing_hint_beyond_what_the_reader_knows_sends_it_to_the_log(tmp_path, monkeypatch):
+    # the hint at the path now covers appends the reader has not read yet: its positions
+    # are not those of the reader's view of the log, so the log is read instead
+    root = tmp_path / "store"
+    parent = build_store(root, 2_000, 0)
+    VerifiedSaver(root).get_tuple(LONG)
+    reader = VerifiedSaver(root)
+    reader.get_tuple(LONG)
+    whole_reads = []
+    read_whole = LogReader._read_whole
+    monkeypatch.setattr(
+        LogReader,
+        "_read_whole",
+        lambda self, log, **how: whole_reads.append(how) or read_whole(self, log, **how),
+    )
+    hint_rewritten_by_another_saver(root, parent)
+    reader_log = reader.engine.storage._log(thread_prefix("long"))
+    with reader_log.lock:  # no refresh: the reader knows the log as it was
+        known_end = reader_log.end
+        oldest = sorted(reader_log.index.keys_under(f"{thread_prefix('long')}/ns/~/checkpoints"))
+    assert whole_reads == [{"from_hint": True}]
+    assert reader_log.end == known_end
+    assert len(oldest) == 2_000  # what the log held up to where the reader read it
+    assert [c.metadata["step"] for c in reader.list(LONG)][-3:] == [2, 1, 0]

@@ -50,10 +50,10 @@ HINT_REWRITE_COST = 4
 """How many bytes of hint a writer may write per byte it appends to the log."""
 
 
-def read_hint(log: ThreadLog, fd: int, rescan: Callable[[], KeyDirectory]) -> None:
+def read_hint(log: ThreadLog, fd: int, rescan: Callable[[bool], KeyDirectory]) -> None:
     """Take the key directory of the log open as ``fd`` from its hint, if the hint is
     intact and of this log: its index now, its blocks as they are used
-    (``HintedDirectory``; ``rescan`` reads the whole log if one does not verify)."""
+    (``HintedDirectory``; ``rescan`` reads the directory again if one cannot be)."""
     path = f"{log.directory}/{HINT_NAME}"
     try:
         hint_fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))

@@ -290,14 +290,21 @@ class HintedDirectory(KeyDirectory):
     deleted (so a block read later never holds a key changed since), the blocks
     of a prefix listed, the last blocks of a prefix whose greatest name is asked
     for. Whatever needs every key (iterating, counting) reads every block. A
-    block that does not verify, or a hint file replaced since its index was
-    read, makes the directory read the log itself instead.
+    block that does not verify makes the directory read the log itself instead. A
+    hint file replaced since its index was read (another process wrote a newer one)
+    makes it read on from the one at the path now, if that one covers no more of the
+    log than the directory does, and the log after it: a long thread's other readers
+    and writers keep rewriting its hint, and each of them would otherwise cost every
+    reader a read of the whole log. The blocks a call was reading are then those of
+    the same keys in the new hint.
 
     Args:
         hint_path: The hint file.
         hint_identity: Its (inode, size) when its index was read.
         index: Its index.
-        rescan: Reads the whole log into a new, complete directory.
+        rescan: The directory again: from the log read in full (``False``), or from
+            the hint now at the path and the log after it where it can (``True``: the
+            hint was replaced), a ``HintedDirectory`` of that hint then, read on from.
     """
 
     def __init__(
@@ -305,7 +312,7 @@ class HintedDirectory(KeyDirectory):
         hint_path: str,
         hint_identity: tuple[int, int],
         index: HintIndex,
-        rescan: Callable[[], KeyDirectory],
+        rescan: Callable[[bool], KeyDirectory],
     ) -> None:
         super().__init__()
         self._hint_path = hint_path
@@ -315,6 +322,8 @@ class HintedDirectory(KeyDirectory):
         self._decoded: dict[int, tuple[builtins.list[str], Any, Any]] = {}
         """Unread blocks decoded for lookups, not yet taken into the directory."""
         self._rescan = rescan
+        self._replaced = False
+        """Whether the hint file was found replaced by another since its index was read."""
         self.last_hint = LastHint(hint_path, hint_identity, index.first_keys, index.blocks)
         if not self._unread:
             self._index = None
@@ -322,14 +331,28 @@ class HintedDirectory(KeyDirectory):
     # -- reading blocks -------------------------------------------------------------------
 
     def _read_blocks(self, numbers: Iterable[int]) -> None:
-        for number in numbers:
+        """Take blocks ``numbers`` into the directory, those not read yet. Read on from
+        another hint meanwhile, the blocks taken are that one's of the same keys (all of
+        them: the keys of the blocks read before are that hint's unread blocks now)."""
+        index = self._index
+        asked = builtins.list(numbers)
+        at = 0
+        while at < len(asked):
+            number = asked[at]
+            at += 1
             if self._index is None:
                 return
             if number not in self._unread:
                 continue
             found = self._columns(number)
             if found is None:
-                return
+                if self._index is None or index is None:
+                    return  # the log read in full: every key is in the directory
+                ranges = [self._key_range(index, n) for n in asked]
+                index = self._index
+                asked = sorted({n for low, high in ranges for n in self._blocks_of(low, high)})
+                at = 0
+                continue
             self._unread.discard(number)
             del self._decoded[number]
             keys, offsets, sizes = found
@@ -345,7 +368,7 @@ class HintedDirectory(KeyDirectory):
             assert self._index is not None
             found = hint_block_columns(self._read_hint, self._index, number)
             if found is None:
-                self._adopt(self._rescan())
+                self._adopt(self._rescan(self._replaced))
                 return None
             self._decoded[number] = found
         return found
@@ -361,7 +384,8 @@ class HintedDirectory(KeyDirectory):
             return False, None
         found = self._columns(number)
         if found is None:
-            return False, None
+            # the log read in full, or another hint read on from: asked again
+            return self._look_up(key)
         keys, offsets, sizes = found
         at = bisect.bisect_left(keys, key)
         if at < len(keys) and keys[at] == key:
@@ -378,14 +402,25 @@ class HintedDirectory(KeyDirectory):
         try:
             fd = os.open(self._hint_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
+            self._replaced = True  # gone (a compaction's): there may be another by now
             return [b""] * len(spans)
         try:
             st = os.fstat(fd)
             if (st.st_ino, st.st_size) != self._hint_identity:
-                return [b""] * len(spans)  # replaced: it does not verify against this index
+                self._replaced = True
+                return [b""] * len(spans)  # it does not verify against this index
             return [os.pread(fd, size, offset) for offset, size in spans]
         finally:
             os.close(fd)
+
+    def unread_hint(
+        self,
+    ) -> tuple[str, tuple[int, int], HintIndex, set[int], dict[int, Any]] | None:
+        """What is still read from the hint as it is used: its path, identity and index,
+        the blocks not read yet and those decoded; ``None`` once every block is read."""
+        if self._index is None:
+            return None
+        return self._hint_path, self._hint_identity, self._index, self._unread, self._decoded
 
     # -- writing the next hint ---------------------------------------------------------------
 
@@ -405,6 +440,25 @@ class HintedDirectory(KeyDirectory):
         assert self._index is not None
         return max(bisect.bisect_right(self._index.first_keys, key) - 1, 0)
 
+    @staticmethod
+    def _key_range(index: HintIndex, number: int) -> tuple[str | None, str | None]:
+        """The keys block ``number`` of ``index`` holds: from its first key (block 0: from
+        the smallest) up to the next block's (the last block: to the greatest)."""
+        first_keys = index.first_keys
+        low = first_keys[number] if number else None
+        high = first_keys[number + 1] if number + 1 < len(first_keys) else None
+        return low, high
+
+    def _blocks_of(self, low: str | None, high: str | None) -> range:
+        """The blocks of this hint that may hold keys ``low <= key < high`` (``None``: no
+        bound on that side)."""
+        assert self._index is not None
+        first_keys = self._index.first_keys
+        start = 0 if low is None else self._block_of(low)
+        return range(
+            start, len(first_keys) if high is None else bisect.bisect_left(first_keys, high)
+        )
+
     def _blocks_between(self, low: str, high: str) -> range:
         """The blocks that may hold keys ``low <= key < high``."""
         assert self._index is not None
@@ -419,17 +473,26 @@ class HintedDirectory(KeyDirectory):
             self._read_blocks(self._blocks_between(f"{prefix}/", f"{prefix}0"))  # "0" follows "/"
 
     def _for_all(self) -> None:
-        if self._index is not None:
+        while self._index is not None:  # again if another hint is read on from meanwhile
             self._read_blocks(sorted(self._unread))
 
     def _adopt(self, complete: KeyDirectory) -> None:
-        """Become ``complete`` (the log read in full), dropping the hint."""
+        """Become ``complete``: the log read in full, dropping the hint; or a directory of
+        the hint now at the path and the log after it, read on from as this one was."""
         self._index = None
         self._unread = set()
         self._decoded = {}
-        self.last_hint = None  # a block of it did not verify: nothing is copied from it
+        self._replaced = False
+        # this hint is gone, or a block of it did not verify: nothing is copied from it
+        self.last_hint = None
+        if isinstance(complete, HintedDirectory):
+            self.last_hint = complete.last_hint  # the next hint copies from that one
+            unread = complete.unread_hint()
+            if unread is not None:
+                self._hint_path, self._hint_identity, self._index, self._unread = unread[:4]
+                self._decoded = unread[4]
         dict.clear(self)
-        dict.update(self, complete)
+        dict.update(self, dict.items(complete))  # what it holds, no block read for it
         self.leaves, self.subdirs, self.greatest = (
             complete.leaves,
             complete.subdirs,
@@ -531,13 +594,16 @@ class HintedDirectory(KeyDirectory):
         the key the blocks read start at: every key from there on is known, and no block
         before them holds a greater one."""
         while self._index is not None:
+            index = self._index
             blocks = self._blocks_between(f"{prefix}/", f"{prefix}0")
             pending = [n for n in blocks if n in self._unread]
             if not pending:
                 return
             last = pending[-1]
-            if last != blocks[-1] and enough(self._index.first_keys[last + 1]):
+            if last != blocks[-1] and enough(index.first_keys[last + 1]):
                 return  # the blocks after it are read (a write into them, say) and suffice
             self._read_blocks((last,))
-            if self._index is None or enough(self._index.first_keys[last]):
+            if self._index is not index:
+                continue  # read in full (done), or another hint read on from: looked at anew
+            if enough(index.first_keys[last]):
                 return

@@ -212,24 +212,42 @@ class LogReader:
             return
         size = os.fstat(fd).st_size
         if not log.index and size:  # a hint covers the log only: record files are above
-            read_hint(log, fd, lambda: self._read_whole(log))
+            read_hint(log, fd, lambda replaced: self._read_whole(log, from_hint=replaced))
         rebuilt = len(log.rewrite)
         scanned = self.read_tail(log, fd, size, far=True)
         if hint_pays_off(log, scanned, healed=len(log.rewrite) > rebuilt):
             # this process read that much to open the thread: the next one need not
             write_hint(log)
 
-    def _read_whole(self, log: ThreadLog) -> KeyDirectory:
-        """The key directory of the log up to where it was read, from the log alone (a
-        block of its hint did not verify)."""
-        scratch = ThreadLog(log.directory, log.thread_key)
-        scratch.fd, scratch.ino, scratch.built = log.fd, log.ino, True
+    def _read_whole(self, log: ThreadLog, *, from_hint: bool = False) -> KeyDirectory:
+        """The key directory of the log up to where it was read, for a directory that
+        cannot read its hint's blocks any more.
+
+        With ``from_hint`` (the hint it was read from was replaced by another process's
+        newer one), from the hint now at the path if that one names this log and covers
+        no more of it than this reading does, then the log after it: a directory read
+        on from as the old one was. Else (a block did not verify; a hint beyond this
+        reading, or none) from the log alone.
+        """
         assert log.fd is not None
-        self.read_tail(scratch, log.fd, log.end)  # leaves a new hint, as any full read
-        log.spans = scratch.spans
+        scratch = self._scratch(log)
+        if from_hint:
+            read_hint(scratch, log.fd, lambda replaced: self._read_whole(log))
+            if scratch.end > log.end:
+                scratch = self._scratch(log)  # written further on than this reading is
+        start = scratch.end
+        self.read_tail(scratch, log.fd, log.end)  # leaves a new hint, as any long read
+        log.spans = [span for span in log.spans if span.offset < start] + scratch.spans
         log.damaged_keys |= scratch.damaged_keys
         log.hint_end, log.hint_size = scratch.hint_end, scratch.hint_size
         return scratch.index
+
+    @staticmethod
+    def _scratch(log: ThreadLog) -> ThreadLog:
+        """A new reading of ``log``'s file, from its start, beside the one kept."""
+        scratch = ThreadLog(log.directory, log.thread_key)
+        scratch.fd, scratch.ino, scratch.built = log.fd, log.ino, True
+        return scratch
 
     def _record_files(
         self, directory: str, thread_key: str, names: builtins.list[str] | None = None

@@ -835,6 +835,48 @@ def test_a_writer_of_a_long_thread_encodes_only_what_changed_since_its_last_hint
     assert dict(log.index.items()) == dict(scratch.index.items())
 
 
+def test_writers_taking_turns_carry_each_other_s_hints_forward(tmp_path, monkeypatch):
+    """Two processes that opened a long thread from its hint take turns appending to it,
+    each leaving a hint now and then in place of the other's: each reads on from the one
+    it finds and copies its blocks, encoding what changed since, not every key of the
+    thread at each turn."""
+    root = tmp_path / "store"
+    prefix = "threads/t/ns/~/checkpoints"
+    held: dict[str, bytes] = {}
+
+    def append(storage: FileStorage, n: int) -> None:
+        key = f"{prefix}/1f0{n:06d}.ckpt"
+        held[key] = f"record {n} ".encode() * 60
+        storage.write(key, held[key])
+
+    first = FileStorage(str(root), fsync=False)
+    for n in range(3000):
+        append(first, n)
+    hints: list[tuple[int, int]] = []  # (keys encoded, keys held) per hint
+    real = hint_file.encode_hint_parts
+
+    def counting(log_tail, end, parts):
+        encoded = sum(len(part) for part in parts if not isinstance(part, KeptBlock))
+        hints.append((encoded, len(held)))
+        return real(log_tail, end, parts)
+
+    monkeypatch.setattr(hint_file, "encode_hint_parts", counting)
+    writers = [FileStorage(str(root), fsync=False), FileStorage(str(root), fsync=False)]
+    for n in range(3000, 9000):
+        append(writers[n // 500 % 2], n)
+    assert len(hints) > 10
+    for encoded, keys in hints:
+        assert encoded < keys / 4  # the rest copied from the hint it found, whoever wrote it
+
+    def no_full_read(self, log, **how):
+        raise AssertionError("the hint verifies: no reason to read the whole log")
+
+    monkeypatch.setattr(LogReader, "_read_whole", no_full_read)
+    opened = FileStorage(str(root), fsync=False)
+    assert sorted(opened.list(prefix)) == sorted(k.rpartition("/")[2] for k in held)
+    assert all(opened.read(key) == data for key, data in held.items())
+
+
 def test_a_log_with_damage_is_not_hinted_again_at_every_append(tmp_path, monkeypatch):
     """A log holding damage that keeps it from a hint gets none; appends to it must not
     each try (reading every key of a long log) to write one."""

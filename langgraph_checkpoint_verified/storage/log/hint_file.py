@@ -150,6 +150,9 @@ def write_hint(log: ThreadLog) -> None:
     # no key changed since are carried as they are, copied from that file: only the
     # blocks whose keys changed are encoded again
     earlier = _open_earlier_hint(directory)
+    if earlier is None and directory.follow_replaced_hint():
+        # another process's hint in place of that one: read on from it, and copy from it
+        earlier = _open_earlier_hint(directory)
     try:
         carried = directory.hint_parts() if earlier is not None else None
         parts = _encodable([sorted(directory.items())] if carried is None else carried)

@@ -220,6 +220,12 @@ class KeyDirectory(dict[str, Any]):
         inode and size), whose index is ``index``: no key changed since."""
         self.last_hint = LastHint(path, identity, index.first_keys, index.blocks)
 
+    def follow_replaced_hint(self) -> bool:
+        """Read on from the hint now at the path if the one this directory reads its
+        blocks from was replaced since (``HintedDirectory``); whether it did. A directory
+        that reads no block has nothing to follow."""
+        return False
+
     def hint_parts(self) -> builtins.list[Any] | None:
         """The directory as the parts of a new hint (``encode_hint_parts``), in key order:
         each block of the last hint that holds no key changed since (``LastHint``), where
@@ -412,6 +418,18 @@ class HintedDirectory(KeyDirectory):
             return [os.pread(fd, size, offset) for offset, size in spans]
         finally:
             os.close(fd)
+
+    def follow_replaced_hint(self) -> bool:
+        if self._index is None:
+            return False
+        try:
+            st = os.stat(self._hint_path)
+            if (st.st_ino, st.st_size) == self._hint_identity:
+                return False
+        except OSError:
+            pass  # gone: there may be another by now
+        self._adopt(self._rescan(True))
+        return True
 
     def unread_hint(
         self,

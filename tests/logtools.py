@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from langgraph_checkpoint_verified.storage.log.entries import PUT, DamagedSpan, Entry, scan
+from langgraph_checkpoint_verified.storage.log.reading import LogReader
 from langgraph_checkpoint_verified.storage.log.room import all_zeros
 
 
@@ -102,3 +104,17 @@ def lose_parity(log: Path) -> None:
     the store were written before logs had parity). For tests of what the saver does
     with damage it cannot heal: report, quarantine, fall back."""
     log.with_name(log.name + ".parity").unlink(missing_ok=True)
+
+
+def counted_rereads(monkeypatch: Any) -> list[dict[str, bool]]:
+    """Each time a process reads a log's key directory again from the log, or from the hint
+    now at its path (``LogReader._read_whole``), from then on: how it was asked to."""
+    calls: list[dict[str, bool]] = []
+    read_whole = LogReader._read_whole
+
+    def counting(self: LogReader, log: Any, **how: bool) -> Any:
+        calls.append(how)
+        return read_whole(self, log, **how)
+
+    monkeypatch.setattr(LogReader, "_read_whole", counting)
+    return calls

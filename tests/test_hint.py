@@ -16,7 +16,7 @@ from pathlib import Path
 import ormsgpack
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
-from logtools import lose_parity
+from logtools import counted_rereads, lose_parity
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.storage.log import hint_file, key_directory
@@ -388,13 +388,7 @@ def test_a_hint_block_whose_checksum_holds_but_that_makes_no_sense_is_refused():
 def test_a_block_damaged_after_the_hint_was_opened_sends_the_reader_to_the_log(
     tmp_path, monkeypatch
 ):
-    whole_reads = []
-    read_whole = LogReader._read_whole
-    monkeypatch.setattr(
-        LogReader,
-        "_read_whole",
-        lambda self, log, **how: whole_reads.append(how) or read_whole(self, log, **how),
-    )
+    whole_reads = counted_rereads(monkeypatch)
     root = tmp_path / "store"
     fill(VerifiedSaver(root, fsync=False), 1500)
     newest_step(root)  # leaves a hint
@@ -835,11 +829,13 @@ def test_a_writer_of_a_long_thread_encodes_only_what_changed_since_its_last_hint
     assert dict(log.index.items()) == dict(scratch.index.items())
 
 
-def test_writers_taking_turns_carry_each_other_s_hints_forward(tmp_path, monkeypatch):
-    """Two processes that opened a long thread from its hint take turns appending to it,
-    each leaving a hint now and then in place of the other's: each reads on from the one
-    it finds and copies its blocks, encoding what changed since, not every key of the
-    thread at each turn."""
+@pytest.mark.parametrize("first_writer", ["made the thread", "opened it from its hint"])
+def test_writers_taking_turns_carry_each_other_s_hints_forward(tmp_path, monkeypatch, first_writer):
+    """Two processes take turns appending to a long thread, each leaving a hint now and
+    then in place of the other's: each copies the blocks of the one it finds that the log
+    after it left unchanged (reading on from it if it still reads blocks from a hint),
+    encoding what changed since, not every key of the thread at each turn. One of them
+    made the thread and holds every key, or both opened it from a hint."""
     root = tmp_path / "store"
     prefix = "threads/t/ns/~/checkpoints"
     held: dict[str, bytes] = {}
@@ -849,9 +845,11 @@ def test_writers_taking_turns_carry_each_other_s_hints_forward(tmp_path, monkeyp
         held[key] = f"record {n} ".encode() * 60
         storage.write(key, held[key])
 
-    first = FileStorage(str(root), fsync=False)
+    writers = [FileStorage(str(root), fsync=False), FileStorage(str(root), fsync=False)]
     for n in range(3000):
-        append(first, n)
+        append(writers[0], n)
+    if first_writer == "opened it from its hint":
+        writers[0] = FileStorage(str(root), fsync=False)
     hints: list[tuple[int, int]] = []  # (keys encoded, keys held) per hint
     real = hint_file.encode_hint_parts
 
@@ -861,7 +859,6 @@ def test_writers_taking_turns_carry_each_other_s_hints_forward(tmp_path, monkeyp
         return real(log_tail, end, parts)
 
     monkeypatch.setattr(hint_file, "encode_hint_parts", counting)
-    writers = [FileStorage(str(root), fsync=False), FileStorage(str(root), fsync=False)]
     for n in range(3000, 9000):
         append(writers[n // 500 % 2], n)
     assert len(hints) > 10

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
-from logtools import lose_parity
+from logtools import counted_rereads, lose_parity
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.records.keys import thread_prefix
@@ -48,7 +48,6 @@ from langgraph_checkpoint_verified.storage.log.hint_file import (
     HINT_BYTES_PER_ENTRY,
 )
 from langgraph_checkpoint_verified.storage.log.parity import BLOCK_SIZE, RECORD_SIZE, STRIPE_SIZE
-from langgraph_checkpoint_verified.storage.log.reading import LogReader
 from langgraph_checkpoint_verified.storage.log.tail import TAIL_WINDOW
 
 # a latest checkpoint is one record, plus the records holding its unchanged
@@ -601,13 +600,7 @@ def test_a_hint_another_process_replaced_is_read_on_from_not_the_log_again(tmp_p
     VerifiedSaver(root).get_tuple(LONG)  # leaves the first hint
     reader = VerifiedSaver(root)
     reader.get_tuple(LONG)  # its index and the blocks of the newest checkpoint
-    whole_reads = []
-    read_whole = LogReader._read_whole
-    monkeypatch.setattr(
-        LogReader,
-        "_read_whole",
-        lambda self, log, **how: whole_reads.append(how) or read_whole(self, log, **how),
-    )
+    whole_reads = counted_rereads(monkeypatch)
     reader_log = reader.engine.storage._log(thread_prefix("long"))
     known = reader_log.end
     hint_rewritten_by_another_saver(root, parent)
@@ -639,13 +632,7 @@ def test_a_replacing_hint_beyond_what_the_reader_knows_sends_it_to_the_log(tmp_p
     VerifiedSaver(root).get_tuple(LONG)
     reader = VerifiedSaver(root)
     reader.get_tuple(LONG)
-    whole_reads = []
-    read_whole = LogReader._read_whole
-    monkeypatch.setattr(
-        LogReader,
-        "_read_whole",
-        lambda self, log, **how: whole_reads.append(how) or read_whole(self, log, **how),
-    )
+    whole_reads = counted_rereads(monkeypatch)
     hint_rewritten_by_another_saver(root, parent)
     reader_log = reader.engine.storage._log(thread_prefix("long"))
     with reader_log.lock:  # no refresh: the reader knows the log as it was

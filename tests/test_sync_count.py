@@ -218,6 +218,19 @@ def put_first(saver: VerifiedSaver, thread_id: str) -> None:
     saver.put({"configurable": {"thread_id": thread_id}}, checkpoint, {}, {"x": 1})
 
 
+NEW_LOG_SYNCS = [
+    ("sync", f"threads/new/{LOG_NAME}"),
+    ("dirsync", "threads/new"),
+    ("dirsync", "threads"),
+]
+"""A new thread's log synced, then its directory and the one above (``threads``)."""
+
+
+def syncs_of(ops: list[Op]) -> list[tuple[str, str]]:
+    """The file and directory syncs among ``ops``, in order, by path."""
+    return [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")]
+
+
 @pytest.fixture
 def a_thread_in(tmp_path: Path) -> Iterator[tuple[FaultFS, VerifiedSaver]]:
     """A counted store with one thread in it already (``threads/`` made and synced)."""
@@ -254,12 +267,7 @@ def test_a_new_thread_s_first_put_syncs_its_log_before_its_directories(a_thread_
     disk, saver = a_thread_in
     with disk.capture() as ops:
         put_first(saver, "new")
-    syncs = [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")]
-    assert syncs == [
-        ("sync", f"threads/new/{LOG_NAME}"),
-        ("dirsync", "threads/new"),
-        ("dirsync", "threads"),
-    ]
+    assert syncs_of(ops) == NEW_LOG_SYNCS
     # nothing but the parity written after them: the log's bytes were all synced first
     after = ops[[op.kind for op in ops].index("dirsync") :]
     assert [op.path for op in after if op.kind == "write"] == [f"threads/new/{LOG_NAME}.parity"]
@@ -301,22 +309,13 @@ def test_the_first_put_to_a_log_another_process_made_syncs_its_directories(a_thr
     made_before_its_flock(maker, "threads/new")
     with disk.capture() as ops:
         put_first(saver, "new")
-    syncs = [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")]
-    assert syncs == [
-        ("sync", f"threads/new/{LOG_NAME}"),
-        ("dirsync", "threads/new"),
-        ("dirsync", "threads"),
-        ("dirsync", ""),  # the store's own directory: ``threads`` may be as new
-    ]
+    # and the store's own directory: ``threads`` may be as new
+    assert syncs_of(ops) == [*NEW_LOG_SYNCS, ("dirsync", "")]
     # the maker goes on to append after it, to the log as it finds it, and syncs what it
     # made as it always does
     with disk.capture() as ops:
         put_first(maker, "new")
-    assert [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")] == [
-        ("sync", f"threads/new/{LOG_NAME}"),
-        ("dirsync", "threads/new"),
-        ("dirsync", "threads"),
-    ]
+    assert syncs_of(ops) == NEW_LOG_SYNCS
     assert len(list(VerifiedSaver(saver.engine.storage.root).list(None))) == 2
 
 
@@ -329,12 +328,7 @@ def test_a_log_made_in_a_thread_directory_made_elsewhere_syncs_the_ones_above(a_
     )
     with disk.capture() as ops:
         put_first(saver, "new")
-    assert [(op.kind, op.path) for op in ops if op.kind in ("sync", "dirsync")] == [
-        ("sync", f"threads/new/{LOG_NAME}"),
-        ("dirsync", "threads/new"),
-        ("dirsync", "threads"),
-        ("dirsync", ""),
-    ]
+    assert syncs_of(ops) == [*NEW_LOG_SYNCS, ("dirsync", "")]
 
 
 @pytest.mark.parametrize("seed", range(1, 9))

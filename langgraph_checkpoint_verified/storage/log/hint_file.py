@@ -30,7 +30,12 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     decode_hint_index,
     encode_hint_parts,
 )
-from langgraph_checkpoint_verified.storage.log.key_directory import HintedDirectory, KeyDirectory
+from langgraph_checkpoint_verified.storage.log.key_directory import (
+    HintedDirectory,
+    KeyDirectory,
+    LastHint,
+)
+from langgraph_checkpoint_verified.storage.log.tail import read_tail
 from langgraph_checkpoint_verified.storage.log.thread_log import DamagedEntry, ThreadLog
 
 HINT_NAME = "log.hint"
@@ -153,6 +158,8 @@ def write_hint(log: ThreadLog) -> None:
     if earlier is None and directory.follow_replaced_hint():
         # another process's hint in place of that one: read on from it, and copy from it
         earlier = _open_earlier_hint(directory)
+    elif earlier is None:
+        earlier = _follow_hint_at_path(log)
     try:
         carried = directory.hint_parts() if earlier is not None else None
         parts = _encodable([sorted(directory.items())] if carried is None else carried)
@@ -235,6 +242,57 @@ def _open_earlier_hint(directory: KeyDirectory) -> int | None:
         os.close(fd)  # replaced since (another process's hint): not the blocks it names
         return None
     return fd
+
+
+def _follow_hint_at_path(log: ThreadLog) -> int | None:
+    """For a directory holding every key (it reads no hint's blocks) whose last hint is
+    gone, or was never there: the hint at the path now (another process's), open, and
+    taken as its last hint (``_hint_to_follow``); ``None`` (every key encoded) if there is
+    none, or it cannot be followed."""
+    log_fd = log.fd
+    directory = log.index
+    if log_fd is None or (
+        isinstance(directory, HintedDirectory) and directory.unread_hint() is not None
+    ):
+        return None  # a block not read yet would be encoded from the keys it lacks
+    path = f"{log.directory}/{HINT_NAME}"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        last = _hint_to_follow(log, log_fd, fd, path)
+    except OSError:
+        last = None
+    if last is None:
+        os.close(fd)
+        return None
+    directory.last_hint = last
+    return fd
+
+
+def _hint_to_follow(log: ThreadLog, log_fd: int, fd: int, path: str) -> LastHint | None:
+    """The hint open as ``fd``, as a last hint to copy blocks from, if it names the log,
+    covers no more of it than this process has read, and leaves at most a hint's worth
+    of it after (read, to find the keys changed since: past that, encoding every key
+    costs less). Its blocks holding those keys are changed; the others hold what the
+    directory holds."""
+    st = os.fstat(fd)
+    index = decode_hint_index(
+        lambda size, offset: os.pread(fd, size, offset),
+        lambda end: os.pread(log_fd, LOG_TAIL_SIZE, end - LOG_TAIL_SIZE),
+        log.end,
+        size=st.st_size,
+    )
+    if index is None or log.end - index.end > max(st.st_size, HINT_AFTER_BYTES):
+        return None
+    after = read_tail(log_fd, log.parity, index.end, log.end, window=False)
+    if after.damaged or index.end + after.end != log.end:
+        return None  # not the log as this process read it
+    last = LastHint(path, (st.st_ino, st.st_size), index.first_keys, index.blocks)
+    for entry in after.entries:
+        last.touch(entry.key)
+    return last
 
 
 def _write_pieces(fd: int, pieces: builtins.list[HintPiece], earlier: int | None) -> int:

@@ -25,6 +25,7 @@ from langgraph_checkpoint_verified.storage.log.entries import (
     CHECKSUM_SIZE,
     HEADER_SIZE,
     LOG_TAIL_SIZE,
+    HintIndex,
     HintPiece,
     KeptBlock,
     decode_hint_index,
@@ -65,13 +66,7 @@ def read_hint(log: ThreadLog, fd: int, rescan: Callable[[bool], KeyDirectory]) -
     except OSError:
         return
     try:
-        hint_stat, log_stat = os.fstat(hint_fd), os.fstat(fd)
-        index = decode_hint_index(
-            lambda size, offset: os.pread(hint_fd, size, offset),
-            lambda end: os.pread(fd, LOG_TAIL_SIZE, end - LOG_TAIL_SIZE),
-            log_stat.st_size,
-            size=hint_stat.st_size,
-        )
+        hint_stat, index = _hint_index(hint_fd, fd, os.fstat(fd).st_size)
     except OSError:
         index = None
     finally:
@@ -86,6 +81,21 @@ def read_hint(log: ThreadLog, fd: int, rescan: Callable[[bool], KeyDirectory]) -
     )
     log.end = log.hint_end = index.end
     log.hint_size = hint_stat.st_size
+
+
+def _hint_index(
+    hint_fd: int, log_fd: int, log_size: int
+) -> tuple[os.stat_result, HintIndex | None]:
+    """The ``fstat`` of the hint open as ``hint_fd``, and its index if it is intact and
+    names the log open as ``log_fd`` within its first ``log_size`` bytes."""
+    hint_stat = os.fstat(hint_fd)
+    index = decode_hint_index(
+        lambda size, offset: os.pread(hint_fd, size, offset),
+        lambda end: os.pread(log_fd, LOG_TAIL_SIZE, end - LOG_TAIL_SIZE),
+        log_size,
+        size=hint_stat.st_size,
+    )
+    return hint_stat, index
 
 
 def hint_due(log: ThreadLog) -> bool:
@@ -277,13 +287,7 @@ def _hint_to_follow(log: ThreadLog, log_fd: int, fd: int, path: str) -> LastHint
     of it after (read, to find the keys changed since: past that, encoding every key
     costs less). Its blocks holding those keys are changed; the others hold what the
     directory holds."""
-    st = os.fstat(fd)
-    index = decode_hint_index(
-        lambda size, offset: os.pread(fd, size, offset),
-        lambda end: os.pread(log_fd, LOG_TAIL_SIZE, end - LOG_TAIL_SIZE),
-        log.end,
-        size=st.st_size,
-    )
+    st, index = _hint_index(fd, log_fd, log.end)
     if index is None or log.end - index.end > max(st.st_size, HINT_AFTER_BYTES):
         return None
     after = read_tail(log_fd, log.parity, index.end, log.end, window=False)

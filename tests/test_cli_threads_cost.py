@@ -2,9 +2,10 @@
 with the state a thread holds.
 
 ``threads`` verifies every checkpoint's own record (so its count is of records
-that verify) but resolves values and deserializes only for the one checkpoint a
-thread resumes from. A thread ten times longer reads ten times more records, and
-not one more value chain or deserialization. Counted here, never timed.
+that verify) but parses a record's content, resolves values and deserializes
+only for the one checkpoint a thread resumes from. A thread ten times longer
+verifies ten times more records, and parses, resolves or deserializes not one
+more. Counted here, never timed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from test_cli import by_step, checkpoint_entry, flip_byte, history, run
 
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.cli.threads import thread_summaries
+from langgraph_checkpoint_verified.engine import reads
+from langgraph_checkpoint_verified.records.kinds import decode_checkpoint
 
 
 class CountingSerde:
@@ -47,23 +50,23 @@ def chat(path: Path, thread_id: str, turns: int) -> None:
 
 def summary_costs(path: Path) -> tuple[dict[str, Any], Counter[str]]:
     """``threads``' summary of a store's one thread, and what making it took: ``resolve``
-    (value chains resolved), ``loads`` (values deserialized), ``records`` (checkpoint
-    records read)."""
+    (value chains resolved), ``loads`` (values deserialized) and ``verified`` (checkpoint
+    records verified on their own)."""
     saver = VerifiedSaver(path, quarantine=False)  # nothing cached: as a new process
     engine = saver.engine
     counts: Counter[str] = Counter()
-    resolve, read = engine.reader.resolve, engine.reader.read_checkpoint
+    resolve, verifies = engine.reader.resolve, engine.reader.checkpoint_verifies
 
     def counted_resolve(*args: Any, **kwargs: Any) -> Any:
         counts["resolve"] += 1
         return resolve(*args, **kwargs)
 
-    def counted_read(*args: Any, **kwargs: Any) -> Any:
-        counts["records"] += 1
-        return read(*args, **kwargs)
+    def counted_verifies(*args: Any, **kwargs: Any) -> Any:
+        counts["verified"] += 1
+        return verifies(*args, **kwargs)
 
     engine.reader.resolve = counted_resolve  # type: ignore[method-assign]
-    engine.reader.read_checkpoint = counted_read  # type: ignore[method-assign]
+    engine.reader.checkpoint_verifies = counted_verifies  # type: ignore[method-assign]
     engine.serde = serde = CountingSerde(engine.serde)
     (summary,) = thread_summaries(saver)
     counts["loads"] = serde.loads
@@ -82,8 +85,31 @@ def test_value_chains_and_deserializations_do_not_grow_with_the_thread(tmp_path:
     # the one checkpoint the thread resumes from: its channels, its metadata and state
     assert long_costs["resolve"] == short_costs["resolve"] > 0
     assert long_costs["loads"] == short_costs["loads"] > 0
-    # every checkpoint's own record is read, once (and the records the newest needs)
-    assert long_costs["records"] >= long_summary["checkpoints"]
+    # every checkpoint's own record is verified, once
+    assert (short_costs["verified"], long_costs["verified"]) == (6, 60)
+
+
+def test_counting_a_thread_s_checkpoints_parses_and_keeps_no_record(tmp_path: Path) -> None:
+    """The count verifies each record's frame, digests and identity, and parses none:
+    only the checkpoint the thread resumes from (and the records holding its values)
+    is parsed, and the reader's cache is left as it was."""
+    chat(tmp_path, "t", 20)
+    saver = VerifiedSaver(tmp_path, quarantine=False)
+    parsed = 0
+
+    def counted_decode(*args: Any, **kwargs: Any) -> Any:
+        nonlocal parsed
+        parsed += 1
+        return decode_checkpoint(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reads, "decode_checkpoint", counted_decode)
+        assert saver.engine.count_own_records("t", "") == (60, 0)
+        assert (parsed, len(saver.engine.reader.records._whole)) == (0, 0)
+        saver.get_tuple({"configurable": {"thread_id": "t"}})
+        assert parsed > 0
+        # a record the cache holds is not verified again, and counts as verified
+        assert saver.engine.count_own_records("t", "") == (60, 0)
 
 
 def test_counted_records_verify_on_their_own_and_damage_is_named(

@@ -354,21 +354,24 @@ class Engine:
     def count_own_records(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int]:
         """How many of a namespace's checkpoint records verify on their own, and how many not.
 
-        Each record is checked whole (frame, digests, identity, content shape), as
-        every read checks it; the records its channel values are kept in are not
-        read, so a checkpoint counted here may still be unusable (``verify`` finds
-        those). Nothing is deserialized. Damage is reported as reads report it.
-        A record deleted since its name was listed is in neither count.
+        Each record's frame, digests and identity are checked as every read checks
+        them (``RecordReader.checkpoint_verifies``); its content is not parsed, and
+        the records its channel values are kept in are not read, so a checkpoint
+        counted here may still be unusable (``verify`` finds those). Nothing is
+        deserialized or kept. Damage is reported as reads report it. A record
+        deleted since its name was listed is in neither count.
         """
         verified = damaged = 0
         for checkpoint_id in self.reader.checkpoint_ids(thread_id, checkpoint_ns):
             key = keys.checkpoint_key(thread_id, checkpoint_ns, checkpoint_id)
             try:
-                record = self.reader.read_checkpoint(key, thread_id, checkpoint_ns, checkpoint_id)
+                there = self.reader.checkpoint_verifies(
+                    key, thread_id, checkpoint_ns, checkpoint_id
+                )
             except Unusable:
                 damaged += 1
                 continue
-            verified += record is not None
+            verified += there
         return verified, damaged
 
     def list_checkpoints(

@@ -22,7 +22,7 @@ from langgraph_checkpoint_verified.engine.decoded_values import DecodedValues
 from langgraph_checkpoint_verified.engine.record_cache import RecordCache
 from langgraph_checkpoint_verified.errors import RecordDamagedError
 from langgraph_checkpoint_verified.records import keys
-from langgraph_checkpoint_verified.records.format import Codec
+from langgraph_checkpoint_verified.records.format import Codec, RecordKind
 from langgraph_checkpoint_verified.records.kinds import (
     VALUE_FULL,
     CheckpointRecord,
@@ -61,6 +61,11 @@ _MAINTENANCE_RETRIES = 8
 """Reads again of a checkpoint that prune or delete_for_runs rewrote under the reader."""
 _FALLBACK_BATCH = 16
 """Checkpoint names asked for at once past the newest (then four times as many, and so on)."""
+
+
+def _identity(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> dict[str, str]:
+    """The identity fields a checkpoint's record must carry."""
+    return {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}
 
 
 class RecordReader:
@@ -154,28 +159,52 @@ class RecordReader:
             return cached, data
         try:
             record = decode_checkpoint(
-                self.codec,
-                data,
-                {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": checkpoint_ns,
-                    "checkpoint_id": checkpoint_id,
-                },
+                self.codec, data, _identity(thread_id, checkpoint_ns, checkpoint_id)
             )
         except RecordDamagedError as exc:
-            damage = self.reporter.damaged(key, exc, data)
-            identity = damage.identity or {}
-            # a header that verifies and is this checkpoint's still names its parent
-            parent = (
-                identity.get("parent_checkpoint_id") or None
-                if identity.get("checkpoint_id") == checkpoint_id
-                else PARENT_UNKNOWN
-            )
-            raise Unusable(exc.reason, parent=parent) from None
+            raise self._unusable(key, exc, data, checkpoint_id) from None
         # a record rewritten between the stamp and the read is kept under the old
         # stamp, which no later read matches
         self.records.remember(record, data, stamp)
         return record, data
+
+    def checkpoint_verifies(
+        self, key: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> bool:
+        """Whether the checkpoint record at ``key`` is there and verifies on its own
+        (frame, digests, identity, a payload that decompresses); ``Unusable`` if not.
+
+        What a summary counting a thread's checkpoints needs: ``read_checkpoint``
+        without the parse of the record's content (its metadata, refs and values),
+        and nothing kept. The content of a record whose digests verify is what its
+        writer wrote; a read still parses it, and ``verify`` checks it.
+        """
+        data = self._read(key)
+        if data is None:
+            return False
+        if self.records.record((thread_id, checkpoint_ns, checkpoint_id), data) is not None:
+            return True
+        try:
+            self.codec.decode_with_header(
+                data, RecordKind.CHECKPOINT, _identity(thread_id, checkpoint_ns, checkpoint_id)
+            )
+        except RecordDamagedError as exc:
+            raise self._unusable(key, exc, data, checkpoint_id) from None
+        return True
+
+    def _unusable(
+        self, key: str, error: RecordDamagedError, data: bytes, checkpoint_id: str
+    ) -> Unusable:
+        """Report the damaged checkpoint record at ``key``; the ``Unusable`` to raise."""
+        damage = self.reporter.damaged(key, error, data)
+        identity = damage.identity or {}
+        # a header that verifies and is this checkpoint's still names its parent
+        parent = (
+            identity.get("parent_checkpoint_id") or None
+            if identity.get("checkpoint_id") == checkpoint_id
+            else PARENT_UNKNOWN
+        )
+        return Unusable(error.reason, parent=parent)
 
     def _read(self, key: str) -> bytes | None:
         try:

@@ -642,3 +642,30 @@ def test_a_replacing_hint_beyond_what_the_reader_knows_sends_it_to_the_log(tmp_p
     assert reader_log.end == known_end
     assert len(oldest) == 2_000  # what the log held up to where the reader read it
     assert [c.metadata["step"] for c in reader.list(LONG)][-3:] == [2, 1, 0]
+
+
+def test_a_reader_whose_hint_is_gone_reads_the_log_and_answers_as_before(tmp_path, monkeypatch):
+    # the hint a reader opened the thread from is removed (not replaced) before it read
+    # every block: with nothing at the path to read on from, it reads the log, once, and
+    # answers as a new saver does
+    root = tmp_path / "store"
+    build_store(root, 2_000, 0)
+    log = log_of(root, "long")
+    VerifiedSaver(root).get_tuple(LONG)  # leaves the first hint
+    reader = VerifiedSaver(root)
+    reader.get_tuple(LONG)  # its index and the blocks of the newest checkpoint
+    (log.parent / HINT_NAME).unlink()
+    whole_reads = counted_rereads(monkeypatch)
+    counter = ReadCounter(monkeypatch)
+    listed = [(c.checkpoint["id"], c.metadata["step"]) for c in reader.list(LONG)]
+    _, reads = counter.take()
+    assert whole_reads == [{"from_hint": True}]
+    _, scans = split_reads(reads, log)
+    assert min(offset for offset, _ in scans) == 0  # the log, from its start
+    assert listed == [
+        (c.checkpoint["id"], c.metadata["step"]) for c in VerifiedSaver(root).list(LONG)
+    ]
+    assert len(listed) == 2_000
+    whole_reads.clear()
+    assert [c.checkpoint["id"] for c in reader.list(LONG)] == [i for i, _ in listed]
+    assert whole_reads == []  # read in full once: a plain directory from then on

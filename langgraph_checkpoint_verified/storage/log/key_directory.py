@@ -356,7 +356,7 @@ class HintedDirectory(KeyDirectory):
                     return  # the log read in full: every key is in the directory
                 ranges = [self._key_range(index, n) for n in asked]
                 index = self._index
-                asked = sorted({n for low, high in ranges for n in self._blocks_of(low, high)})
+                asked = sorted({n for low, high in ranges for n in self._blocks_between(low, high)})
                 at = 0
                 continue
             self._unread.discard(number)
@@ -467,7 +467,7 @@ class HintedDirectory(KeyDirectory):
         high = first_keys[number + 1] if number + 1 < len(first_keys) else None
         return low, high
 
-    def _blocks_of(self, low: str | None, high: str | None) -> range:
+    def _blocks_between(self, low: str | None, high: str | None) -> range:
         """The blocks of this hint that may hold keys ``low <= key < high`` (``None``: no
         bound on that side)."""
         assert self._index is not None
@@ -476,11 +476,6 @@ class HintedDirectory(KeyDirectory):
         return range(
             start, len(first_keys) if high is None else bisect.bisect_left(first_keys, high)
         )
-
-    def _blocks_between(self, low: str, high: str) -> range:
-        """The blocks that may hold keys ``low <= key < high``."""
-        assert self._index is not None
-        return range(self._block_of(low), bisect.bisect_left(self._index.first_keys, high))
 
     def _for_key(self, key: str) -> None:
         if self._index is not None:

@@ -51,6 +51,21 @@ class LastHint:
         self.changed.add(self.block_of(key))
 
 
+@dataclass(frozen=True)
+class UnreadHint:
+    """What a ``HintedDirectory`` still reads from the hint it uses: handed to a
+    directory that takes its place (``HintedDirectory._adopt``)."""
+
+    path: str
+    identity: tuple[int, int]
+    """The file's (inode, size): its blocks are read only from that very file."""
+    index: HintIndex
+    unread: set[int]
+    """The blocks not taken into the directory yet."""
+    decoded: dict[int, Any]
+    """Those of them decoded already (``HintedDirectory._columns``)."""
+
+
 class KeyDirectory(dict[str, Any]):
     """A thread's keys and where each is, listable by prefix.
 
@@ -431,14 +446,14 @@ class HintedDirectory(KeyDirectory):
         self._adopt(self._rescan(True))
         return True
 
-    def unread_hint(
-        self,
-    ) -> tuple[str, tuple[int, int], HintIndex, set[int], dict[int, Any]] | None:
-        """What is still read from the hint as it is used: its path, identity and index,
-        the blocks not read yet and those decoded; ``None`` once every block is read."""
+    def unread_hint(self) -> UnreadHint | None:
+        """What is still read from the hint as it is used; ``None`` once every block is
+        read."""
         if self._index is None:
             return None
-        return self._hint_path, self._hint_identity, self._index, self._unread, self._decoded
+        return UnreadHint(
+            self._hint_path, self._hint_identity, self._index, self._unread, self._decoded
+        )
 
     # -- writing the next hint ---------------------------------------------------------------
 
@@ -502,8 +517,12 @@ class HintedDirectory(KeyDirectory):
             self.last_hint = complete.last_hint  # the next hint copies from that one
             unread = complete.unread_hint()
             if unread is not None:
-                self._hint_path, self._hint_identity, self._index, self._unread = unread[:4]
-                self._decoded = unread[4]
+                self._hint_path, self._hint_identity = unread.path, unread.identity
+                self._index, self._unread, self._decoded = (
+                    unread.index,
+                    unread.unread,
+                    unread.decoded,
+                )
         dict.clear(self)
         dict.update(self, dict.items(complete))  # what it holds, no block read for it
         self.leaves, self.subdirs, self.greatest = (

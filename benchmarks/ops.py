@@ -30,7 +30,7 @@ from damage import checkpoint_spans, flip_bytes, log_entries, past_hint, write_a
 from langgraph.checkpoint.base import create_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from measure import p50_p99, paired_ratio, percentile, rotated, tree_bytes
+from measure import FULL_COLLECTIONS, p50_p99, paired_ratio, percentile, rotated, tree_bytes
 from memory_bench import measure as memory_over_threads
 from workload import TextSource, big_checkpoints, raw_checkpoints
 
@@ -76,29 +76,36 @@ def compare(stats: dict[str, dict[str, float]], pairs: Any) -> dict[str, dict[st
 def calls_section(settings: Any, workdir: Path) -> dict[str, Any]:
     workdir.mkdir()
     savers = {name: open_saver(name, workdir) for name in CALL_SAVERS}
+    ops = ("put", "get_tuple", "list", "put_1mb")
     samples: dict[str, dict[str, list[float]]] = {
-        name: {"put": [], "get_tuple": [], "list": [], "put_1mb": []} for name in CALL_SAVERS
+        name: {op: [] for op in ops} for name in CALL_SAVERS
     }
+    # calls during which the interpreter ran a full garbage collection
+    collected: dict[str, dict[str, int]] = {name: dict.fromkeys(ops, 0) for name in CALL_SAVERS}
+
+    def sample(name: str, op: str, fn: Any, *args: Any) -> Any:
+        before = FULL_COLLECTIONS.count
+        seconds, result = timed(fn, *args)
+        samples[name][op].append(seconds)
+        collected[name][op] += FULL_COLLECTIONS.count != before
+        return result
+
     config = {"configurable": {"thread_id": "calls"}}
     calls = list(raw_checkpoints(TextSource(seed=3), settings.call_rounds, thread_id="calls"))
     for round_, args in enumerate(calls):
         for name in rotated(CALL_SAVERS, round_):
             saver = savers[name]
-            seconds, _ = timed(saver.put, *args)
-            samples[name]["put"].append(seconds)
-            seconds, found = timed(saver.get_tuple, config)
-            samples[name]["get_tuple"].append(seconds)
+            sample(name, "put", saver.put, *args)
+            found = sample(name, "get_tuple", saver.get_tuple, config)
             assert found is not None and found.checkpoint["id"] == args[1]["id"], name
-            seconds, items = timed(lambda s=saver: list(s.list(config, limit=LIST_LIMIT)))
-            samples[name]["list"].append(seconds)
+            items = sample(name, "list", lambda s=saver: list(s.list(config, limit=LIST_LIMIT)))
             assert len(items) == min(LIST_LIMIT, round_ + 1), name
 
     big = list(big_checkpoints(TextSource(seed=5), settings.big_rounds, state_chars=1_000_000))
     state_chars = sum(len(m.content) for m in big[0][1]["channel_values"]["messages"])
     for round_, args in enumerate(big):
         for name in rotated(CALL_SAVERS, round_):
-            seconds, _ = timed(savers[name].put, *args)
-            samples[name]["put_1mb"].append(seconds)
+            sample(name, "put_1mb", savers[name].put, *args)
     savers[SQLITE].conn.close()
     held = held_values(settings, workdir / "held")
 
@@ -109,9 +116,10 @@ def calls_section(settings: Any, workdir: Path) -> dict[str, Any]:
         "big_state_messages": len(big[0][1]["channel_values"]["messages"]),
         "list_limit": LIST_LIMIT,
     }
-    for op in ("put", "get_tuple", "list", "put_1mb"):
+    for op in ops:
         stats = {name: p50_p99(samples[name][op]) for name in CALL_SAVERS}
-        out[op] = {**stats, "ratios": compare(stats, CALL_COMPARISONS)}
+        full = {name: collected[name][op] for name in CALL_SAVERS}
+        out[op] = {**stats, "ratios": compare(stats, CALL_COMPARISONS), "full_collections": full}
     out["held"] = held
     return {"calls": out}
 

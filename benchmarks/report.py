@@ -243,6 +243,26 @@ def percentile_rows(entry: dict[str, Any], title: str, name: str, base: str) -> 
     ]
 
 
+def full_collection_lines(calls: dict[str, Any], titles: dict[str, str]) -> list[str]:
+    """How many calls of each kind ran a full collection of the interpreter's cyclic
+    garbage collector (it lands in whichever call allocates when one is due)."""
+    counts = [
+        f"{title}: " + ", ".join(f"{name} {n}" for name, n in calls[op]["full_collections"].items())
+        for op, title in titles.items()
+        if "full_collections" in calls[op]
+    ]
+    if not counts:
+        return []
+    return [
+        "",
+        "Calls during which the interpreter ran a full garbage collection, which walks "
+        "every object of the process (LangGraph's and LangChain's included) and lands in "
+        "whichever call allocates when one is due; a p99 is often one of them: "
+        + "; ".join(counts)
+        + ".",
+    ]
+
+
 def calls_tables(results: dict[str, Any]) -> list[str]:
     calls = results["calls"]
     lines = [
@@ -270,6 +290,7 @@ def calls_tables(results: dict[str, Any]) -> list[str]:
             (VERIFIED_MEMORY, MEMORY, "memory"),
         ):
             lines.extend(percentile_rows(entry, f"{title}, {where}", name, base))
+    lines.extend(full_collection_lines(calls, titles))
     held = calls.get("held")
     if held:
         lines += [

@@ -39,6 +39,11 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     assert chat["fsyncs"]["VerifiedSaver(path)"]["per_step_mean"] > 0
     assert results["disk"]["growth"]["SqliteSaver"] > 1
     assert results["cli"]["inspect_store"]["checkpoints"] > 0
+    for op in ("put", "get_tuple", "list", "put_1mb"):
+        # calls that ran a full garbage collection, counted per saver among its samples
+        entry = results["calls"][op]
+        for saver, collected in entry["full_collections"].items():
+            assert 0 <= collected <= entry[saver]["samples"], (op, saver)
     # where the writer left its last hint: what the first reader reads past it
     assert results["history"]["first_open_after_writer"]["past_writer_hint"]["entries"] > 0
     recovery = results["recovery"]

@@ -312,10 +312,11 @@ def test_the_first_put_to_a_log_another_process_made_syncs_its_directories(a_thr
     # and the store's own directory: ``threads`` may be as new
     assert syncs_of(ops) == [*NEW_LOG_SYNCS, ("dirsync", "")]
     # the maker goes on to append after it, to the log as it finds it, and syncs what it
-    # made as it always does
+    # made as it always does, and the store's directory: it did not make ``threads``
+    # either (``test_a_thread_made_beside_another_process_s_first_survives_a_power_cut``)
     with disk.capture() as ops:
         put_first(maker, "new")
-    assert syncs_of(ops) == NEW_LOG_SYNCS
+    assert syncs_of(ops) == [*NEW_LOG_SYNCS, ("dirsync", "")]
     assert len(list(VerifiedSaver(saver.engine.storage.root).list(None))) == 2
 
 
@@ -344,3 +345,35 @@ def test_a_put_to_a_log_another_process_just_made_survives_a_power_cut(tmp_path,
         disk.cut_power()
     (found,) = VerifiedSaver(root).list({"configurable": {"thread_id": "new"}})
     assert found.checkpoint["channel_values"] == {"x": 1}
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+def test_a_thread_made_beside_another_process_s_first_survives_a_power_cut(tmp_path, seed):
+    # two processes make a store's first two threads at once: the first makes ``threads``
+    # and its thread's directory, and has synced neither when the second makes its own
+    # thread in that ``threads`` and returns from its put: that put may not rely on the
+    # store's entry for ``threads``, which nobody has synced yet
+    root = tmp_path / "store"
+    VerifiedSaver(root)  # the store made (its marker synced) before the disk is modelled
+    with FaultFS(root, seed=seed) as disk:
+        maker, writer = VerifiedSaver(root), VerifiedSaver(root)
+        made_before_its_flock(maker, "threads/first")
+        put_first(writer, "second")  # acknowledged
+        disk.cut_power()
+    (found,) = VerifiedSaver(root).list({"configurable": {"thread_id": "second"}})
+    assert found.checkpoint["channel_values"] == {"x": 1}
+
+
+def test_a_process_s_first_thread_in_a_threads_it_did_not_make_syncs_the_store_s_once(
+    a_thread_in,
+):
+    # another process made ``threads``: the first thread this one makes in it syncs the
+    # store's directory too (the entry naming ``threads``); the next ones need not
+    disk, saver = a_thread_in
+    other = VerifiedSaver(saver.engine.storage.root)
+    with disk.capture() as ops:
+        put_first(other, "new")
+    assert syncs_of(ops) == [*NEW_LOG_SYNCS, ("dirsync", "")]
+    with disk.capture() as ops:
+        put_first(other, "next")
+    assert syncs_of(ops) == [(kind, path.replace("new", "next")) for kind, path in NEW_LOG_SYNCS]

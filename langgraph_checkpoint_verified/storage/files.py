@@ -172,23 +172,62 @@ class RecordFileStorage(OneRecordPerWrite):
     def _make_directory(
         self, directory: str, *, sync: bool, later: UnsyncedDirectories | None = None
     ) -> bool:
+        parent = os.path.dirname(directory)
+        parent_made = False
         try:
             os.mkdir(directory, DIR_MODE)
         except FileExistsError:
             return False
         except FileNotFoundError:
-            parent = os.path.dirname(directory)
             if parent == directory:
                 raise
-            self._make_directory(parent, sync=sync, later=later)
+            parent_made = self._make_directory(parent, sync=sync, later=later)
             try:
                 os.mkdir(directory, DIR_MODE)
             except FileExistsError:
                 return False
         if sync:
             # the new entry must survive a crash as much as the file inside it
-            self._sync_now_or_later(os.path.dirname(directory), later)
+            self._sync_now_or_later(parent, later)
+            if parent_made:
+                self._vouched(parent, later)  # by the sync of its own parent, just noted
+            else:
+                self._vouch_for(parent, later)
         return True
+
+    def _vouched(self, directory: str, later: UnsyncedDirectories | None) -> None:
+        """``directory``'s entry is durable once the syncs noted in ``later`` are made (now,
+        without ``later``)."""
+        if later is None or not self.fsync:
+            self._known_dirs.add(directory)
+        else:
+            later.made.append(directory)
+
+    def _vouch_for(self, directory: str, later: UnsyncedDirectories | None) -> None:
+        """Make the entries naming ``directory`` durable, from the store's own directory
+        down, unless this process made or synced them already: another process may have
+        made it (a store's ``threads``, say) and not synced it yet, and what this process
+        makes in it must not depend on that process's next sync."""
+        chain: list[tuple[str, str]] = []  # (directory, the one naming it), innermost first
+        while (
+            directory not in self._known_dirs
+            and directory != self._root
+            and directory.startswith(self._root)
+        ):
+            parent = os.path.dirname(directory)
+            chain.append((directory, parent))
+            directory = parent
+        if later is None:
+            for directory, parent in chain:
+                self.sync_directory(parent)
+                self._known_dirs.add(directory)
+            return
+        for directory, _ in chain:
+            self._vouched(directory, later)
+        if self.fsync:
+            # ``to_sync`` is outermost first: these come before the entries made below them
+            above = [parent for _, parent in reversed(chain)]
+            later.to_sync[:0] = [d for d in above if d not in later.to_sync]
 
     def _sync_now_or_later(self, directory: str, later: UnsyncedDirectories | None) -> None:
         if later is None:

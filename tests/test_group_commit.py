@@ -25,6 +25,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -316,3 +317,23 @@ def test_a_graph_on_background_threads_syncs_no_more_than_it_calls_and_loses_not
     assert [c.checkpoint["id"] for c in reopened.list(config)] == [
         c.checkpoint["id"] for c in history
     ]
+
+
+def test_settling_appends_to_a_file_no_longer_open_here_raises_and_appends_go_on(
+    tmp_path, monkeypatch
+):
+    # never the case (a log leaves its path only after its retirement settled it); were
+    # it, nothing appended could be called durable: the caller is told, and the log
+    # takes appends again, cutting whatever follows its end first
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/warm", b"w")
+    log = storage._log(T)
+    gone = SimpleNamespace(ino=log.append_ino + 1, at=log.end, appended=b"x")
+    monkeypatch.setattr(log.commits, "take", lambda: ([gone], True))
+    with pytest.raises(StoreWriteError, match="appended file is gone"):
+        storage.appender._settle(log)
+    assert log.room is False
+    monkeypatch.undo()
+    storage.write(f"{T}/ns/c", b"c")
+    assert storage.read(f"{T}/ns/c") == b"c"
+    assert FileStorage(tmp_path).read(f"{T}/ns/warm") == b"w"

@@ -313,7 +313,7 @@ def test_the_first_put_to_a_log_another_process_made_syncs_its_directories(a_thr
     assert syncs_of(ops) == [*NEW_LOG_SYNCS, ("dirsync", "")]
     # the maker goes on to append after it, to the log as it finds it, and syncs what it
     # made as it always does, and the store's directory: it did not make ``threads``
-    # either (``test_a_thread_made_beside_another_process_s_first_survives_a_power_cut``)
+    # either (``test_a_put_beside_another_process_making_a_thread_survives_a_power_cut``)
     with disk.capture() as ops:
         put_first(maker, "new")
     assert syncs_of(ops) == [*NEW_LOG_SYNCS, ("dirsync", "")]
@@ -333,34 +333,31 @@ def test_a_log_made_in_a_thread_directory_made_elsewhere_syncs_the_ones_above(a_
 
 
 @pytest.mark.parametrize("seed", range(1, 9))
-def test_a_put_to_a_log_another_process_just_made_survives_a_power_cut(tmp_path, seed):
-    # the store's first thread: ``threads`` is made by the maker too, and lost with the
-    # rest unless the put that returned synced it
+@pytest.mark.parametrize(
+    ("made", "put"),
+    [
+        # the store's first thread: ``threads`` is made by the maker too, and lost with
+        # the rest unless the put that returned synced it
+        ("new", "new"),
+        # two processes make a store's first two threads at once: the first makes
+        # ``threads`` and its thread's directory, and has synced neither when the second
+        # makes its own thread in that ``threads`` and returns from its put: that put may
+        # not rely on the store's entry for ``threads``, which nobody has synced yet
+        ("first", "second"),
+    ],
+    ids=["the log another process just made", "a thread beside another process's first"],
+)
+def test_a_put_beside_another_process_making_a_thread_survives_a_power_cut(
+    tmp_path, seed, made, put
+):
     root = tmp_path / "store"
     VerifiedSaver(root)  # the store made (its marker synced) before the disk is modelled
     with FaultFS(root, seed=seed) as disk:
         maker, writer = VerifiedSaver(root), VerifiedSaver(root)
-        made_before_its_flock(maker, "threads/new")
-        put_first(writer, "new")  # acknowledged
+        made_before_its_flock(maker, f"threads/{made}")
+        put_first(writer, put)  # acknowledged
         disk.cut_power()
-    (found,) = VerifiedSaver(root).list({"configurable": {"thread_id": "new"}})
-    assert found.checkpoint["channel_values"] == {"x": 1}
-
-
-@pytest.mark.parametrize("seed", range(1, 9))
-def test_a_thread_made_beside_another_process_s_first_survives_a_power_cut(tmp_path, seed):
-    # two processes make a store's first two threads at once: the first makes ``threads``
-    # and its thread's directory, and has synced neither when the second makes its own
-    # thread in that ``threads`` and returns from its put: that put may not rely on the
-    # store's entry for ``threads``, which nobody has synced yet
-    root = tmp_path / "store"
-    VerifiedSaver(root)  # the store made (its marker synced) before the disk is modelled
-    with FaultFS(root, seed=seed) as disk:
-        maker, writer = VerifiedSaver(root), VerifiedSaver(root)
-        made_before_its_flock(maker, "threads/first")
-        put_first(writer, "second")  # acknowledged
-        disk.cut_power()
-    (found,) = VerifiedSaver(root).list({"configurable": {"thread_id": "second"}})
+    (found,) = VerifiedSaver(root).list({"configurable": {"thread_id": put}})
     assert found.checkpoint["channel_values"] == {"x": 1}
 
 

@@ -411,3 +411,66 @@ def test_reading_a_thread_looks_up_no_path_its_directory_listing_answers(tmp_pat
     assert [call for call in under if call[0] in ("listdir", "scandir")] == [("listdir", old)]
     assert not [call for call in under if call[0] in ("stat", "lstat")], under
     assert ("open", f"{old}/log") in under, under
+
+
+def test_opening_a_store_looks_at_its_directory_once_and_reads_its_marker_in_one_read(
+    tmp_path, monkeypatch
+):
+    """Every new saver opens its store, and on a network file system every call is a
+    round trip. A store that exists is looked at once: a ``stat`` says it is a directory
+    (no ``mkdir`` to find it there). Its marker is opened, sized and read in one
+    ``read``, then closed: none of the ``ioctl``, ``lseek`` or second ``read`` of
+    Python's buffered ``open``."""
+    import builtins
+
+    root = tmp_path / "store"
+    VerifiedSaver(root)  # makes the store and its marker
+    marker = str(root / "store.marker")
+    calls: list[tuple[str, str]] = []
+    names: dict[int, str] = {}
+    real = {
+        name: getattr(os, name)
+        for name in ("open", "stat", "lstat", "mkdir", "listdir", "scandir", "fstat", "read")
+    }
+    real_close, real_lseek, real_builtin_open = os.close, os.lseek, builtins.open
+
+    def by_path(name):
+        def call(path, *args, **kwargs):
+            result = real[name](path, *args, **kwargs)
+            calls.append((name, os.fspath(path)))
+            if name == "open":
+                names[result] = os.fspath(path)
+            return result
+
+        return call
+
+    def by_descriptor(name, function):
+        def call(fd, *args, **kwargs):
+            if fd in names:
+                calls.append((name, names[fd]))
+            return function(fd, *args, **kwargs)
+
+        return call
+
+    for name in ("open", "stat", "lstat", "mkdir", "listdir", "scandir"):
+        monkeypatch.setattr(os, name, by_path(name))
+    for name in ("fstat", "read"):
+        monkeypatch.setattr(os, name, by_descriptor(name, real[name]))
+    monkeypatch.setattr(os, "close", by_descriptor("close", real_close))
+    monkeypatch.setattr(os, "lseek", by_descriptor("lseek", real_lseek))
+    monkeypatch.setattr(
+        builtins,
+        "open",
+        lambda file, *a, **k: (
+            calls.append(("builtin open", os.fspath(file))) or real_builtin_open(file, *a, **k)
+        ),
+    )
+    VerifiedSaver(root)
+    under = [call for call in calls if call[1].startswith(str(root))]
+    assert under == [
+        ("stat", str(root)),
+        ("open", marker),
+        ("fstat", marker),
+        ("read", marker),
+        ("close", marker),
+    ]

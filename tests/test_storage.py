@@ -420,3 +420,40 @@ def test_writes_that_need_not_last_make_their_directory_once_and_never_vouch_for
     for name in "abc":
         storage.write(f"quarantine/{name}.record", name.encode(), durable=False)
     assert made == [str(tmp_path / "counted" / "quarantine")]  # not one call per write
+
+
+@pytest.mark.parametrize("grown", [0, 1, 70_000])
+def test_a_record_file_is_read_whole_however_the_reads_come(tmp_path, monkeypatch, grown):
+    """``read_all`` reads to the file's end: a file longer than its ``fstat`` said (it grew
+    in between), reads that return less than asked, and an empty file."""
+    from langgraph_checkpoint_verified.storage import files
+
+    data = os.urandom(5_000 + grown)
+    path = tmp_path / "record"
+    path.write_bytes(data)
+    real_fstat, real_read = os.fstat, os.read
+    said = os.stat(path).st_size - grown
+
+    class Sized:
+        st_size = said
+
+    monkeypatch.setattr(os, "fstat", lambda fd: Sized)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert files.read_all(fd) == data
+    finally:
+        os.close(fd)
+    monkeypatch.setattr(os, "fstat", real_fstat)
+    monkeypatch.setattr(os, "read", lambda fd, n: real_read(fd, min(n, 777)))
+    assert RecordFileStorage(tmp_path / "store").read("missing") is None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert files.read_all(fd) == data
+    finally:
+        os.close(fd)
+    (tmp_path / "empty").write_bytes(b"")
+    fd = os.open(tmp_path / "empty", os.O_RDONLY)
+    try:
+        assert files.read_all(fd) == b""
+    finally:
+        os.close(fd)

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import threading
 import time
 from collections.abc import Hashable, Iterator
@@ -76,9 +77,13 @@ class RecordFileStorage(OneRecordPerWrite):
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = Path(root).absolute()
         self.fsync = fsync
-        if self.root.exists() and not self.root.is_dir():
-            raise NotADirectoryError(not_a_store(self.root))
         self._root = str(self.root)
+        try:
+            found = os.stat(self._root)
+        except (FileNotFoundError, NotADirectoryError):
+            found = None  # made below (or refused there, with the reason why)
+        if found is not None and not stat.S_ISDIR(found.st_mode):
+            raise NotADirectoryError(not_a_store(self.root))
         # Directories this store made (or found) durably, so that a write need not
         # stat its way down the tree every time. Only a hint: delete_tree, or
         # another process, may remove one at any moment, so an operation that
@@ -87,7 +92,11 @@ class RecordFileStorage(OneRecordPerWrite):
         # Directories known to exist, made or found without a sync: enough for a write
         # that need not survive a crash (the quarantine's copies), not for a durable one.
         self._seen_dirs: set[str] = set()
-        self.ensure_directory(self._root, sync=fsync)
+        if found is None:
+            self.ensure_directory(self._root, sync=fsync)
+        else:
+            # a store's own directory is trusted: it was made, and synced, with its marker
+            self._known_dirs.add(self._root)
         self._locks = DirectoryLocks(self._open_lock_file)
         self._deleting = threading.local()
         """Per thread, inside ``deleting_together``: the trees renamed away, to remove."""
@@ -265,12 +274,15 @@ class RecordFileStorage(OneRecordPerWrite):
 
     def read(self, key: str) -> bytes | None:
         try:
-            with open(self._path(key), "rb") as f:
-                return f.read()
-        except (FileNotFoundError, NotADirectoryError):
+            fd = os.open(self._path(key), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+        try:
+            return read_all(fd)
         except IsADirectoryError:
             return None
+        finally:
+            os.close(fd)
 
     def list(self, prefix: str) -> list[str]:
         directory = self._path(prefix)
@@ -463,6 +475,26 @@ class RecordFileStorage(OneRecordPerWrite):
 
     def __repr__(self) -> str:
         return f"RecordFileStorage({self._root!r}, fsync={self.fsync})"
+
+
+def read_all(fd: int) -> bytes:
+    """All of the file open at ``fd``, from its offset: one ``fstat`` and, for a file that
+    does not change meanwhile (a record is renamed into place whole), one ``read``
+    (Python's buffered ``open`` adds an ``ioctl``, two ``lseek``, an ``fstat`` and a
+    second ``read``)."""
+    size = os.fstat(fd).st_size
+    chunks: list[bytes] = []
+    got = 0
+    while True:
+        # one byte more than the file holds: a read that fills it says the file grew
+        chunk = os.read(fd, size + 1 - got if got <= size else 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+        if got == size:
+            break  # all the file held when looked at (a short read elsewhere: read on)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # b"" for none
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -21,6 +21,7 @@ from logtools import counted_rereads, lose_parity
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.storage.log import hint_file, key_directory
 from langgraph_checkpoint_verified.storage.log.entries import (
+    DELETE,
     HINT_BLOCK_KEYS,
     HINT_MAGIC,
     HINT_VERSION,
@@ -161,6 +162,49 @@ def test_a_log_whose_damage_was_moved_aside_gets_a_hint_again(tmp_path, monkeypa
     read, step = log_bytes_read(monkeypatch, log, newest_step)
     assert step == 2999 and read < (log.stat().st_size - damaged_at) / 2
     assert len(list(VerifiedSaver(root).list(THREAD))) == 2999
+
+
+def entries_past_the_hint(root) -> list[Entry]:
+    """The entries of thread ``t``'s log that its hint does not cover."""
+    data = (root / "threads/t/log").read_bytes()
+    hint = (root / "threads/t" / HINT_NAME).read_bytes()
+    index = decode_hint_index(hint, lambda end: data[end - LOG_TAIL_SIZE : end], len(data))
+    assert index is not None
+    return scan(data, index.end)[0]
+
+
+def test_the_next_put_after_a_fallback_moved_records_aside_leaves_a_hint_past_them(tmp_path):
+    """A read that falls back past damaged checkpoints moves them aside with one append
+    of their deletions, and writes no hint of its own: the fallback stays as short as it
+    can. The hint still names the records moved out, so the next append of that process
+    (the thread going on) leaves a new one: readers after it read nothing past it, not
+    the deletions again, each of them."""
+    root = tmp_path / "store"
+    fill(VerifiedSaver(root, fsync=False), 1500)
+    assert newest_step(root) == 1499  # leaves a hint
+    log = root / "threads/t/log"
+    lose_parity(log)  # damage beyond what parity rebuilds
+    newest = [e for e in scan(log.read_bytes())[0] if e.key.endswith(".ckpt")][-3:]
+    with open(log, "r+b") as f:  # a byte flipped in each of the newest three records
+        for entry in newest:
+            f.seek(entry.data_offset + entry.data_size // 2)
+            byte = f.read(1)
+            f.seek(entry.data_offset + entry.data_size // 2)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    assert entries_past_the_hint(root) == []
+    saver = VerifiedSaver(root, fsync=False)
+    found = saver.get_tuple(THREAD)
+    assert found.metadata["step"] == 1496 and saver.stats.quarantined_records == 3
+    past = entries_past_the_hint(root)
+    assert sorted((e.kind, e.key) for e in past) == sorted((DELETE, e.key) for e in newest)
+    saver.put(
+        found.config,
+        generate_checkpoint(channel_values={"n": 1497, "pad": "x" * 300}),
+        generate_metadata(step=1497),
+        {"n": 1498},
+    )
+    assert entries_past_the_hint(root) == []
+    assert newest_step(root) == 1497
 
 
 def long_log_with_an_older_checkpoint_damaged(root, *, in_header: bool) -> tuple[Path, Entry]:

@@ -511,6 +511,10 @@ class FileStorage:
                 raise
             for path in record_files:
                 remove_quietly(path)
+            # the hint still names the records moved out: this process's next append
+            # leaves a new one (``hint_due``), so that readers after it do not each read
+            # the deletions past the old one; the move itself, a read's fallback, does not
+            log.damage_settled = True
         return moved
 
     def _locate(self, key: str) -> tuple[ThreadLog, Any] | None:

@@ -57,6 +57,29 @@ class FileCalls:
         monkeypatch.setattr(module, name, counted)
 
 
+def path_calls(
+    monkeypatch: pytest.MonkeyPatch, *functions: str
+) -> tuple[list[tuple[str, str]], dict[int, str]]:
+    """Record the calls of the ``os`` functions named, which take a path, as
+    ``(name, path)`` in order, and the path each descriptor ``os.open`` gave names."""
+    calls: list[tuple[str, str]] = []
+    names: dict[int, str] = {}
+
+    def wrapped(name, real):
+        def call(path, *args, **kwargs):
+            result = real(path, *args, **kwargs)
+            calls.append((name, os.fspath(path)))
+            if name == "open":
+                names[result] = os.fspath(path)
+            return result
+
+        return call
+
+    for name in functions:
+        monkeypatch.setattr(os, name, wrapped(name, getattr(os, name)))
+    return calls, names
+
+
 def warm_thread(root: Path):
     graph = build_graph(VerifiedSaver(root))
     config = {"configurable": {"thread_id": "t"}}
@@ -338,23 +361,8 @@ def test_a_new_threads_first_put_makes_its_directory_and_log_and_looks_for_nothi
     saver = VerifiedSaver(root)
     graph = build_graph(saver)
     graph.invoke({"messages": [("user", "warm")]}, {"configurable": {"thread_id": "old"}})
-    calls: list[tuple[str, str]] = []
-    names: dict[int, str] = {}
-    real = {name: getattr(os, name) for name in ("open", "stat", "mkdir", "listdir", "scandir")}
     real_pread = os.pread
-
-    def wrapped(name):
-        def call(path, *args, **kwargs):
-            result = real[name](path, *args, **kwargs)
-            calls.append((name, os.fspath(path)))
-            if name == "open":
-                names[result] = os.fspath(path)
-            return result
-
-        return call
-
-    for name in real:
-        monkeypatch.setattr(os, name, wrapped(name))
+    calls, names = path_calls(monkeypatch, "open", "stat", "mkdir", "listdir", "scandir")
     monkeypatch.setattr(
         os,
         "pread",
@@ -426,23 +434,8 @@ def test_opening_a_store_looks_at_its_directory_once_and_reads_its_marker_in_one
     root = tmp_path / "store"
     VerifiedSaver(root)  # makes the store and its marker
     marker = str(root / "store.marker")
-    calls: list[tuple[str, str]] = []
-    names: dict[int, str] = {}
-    real = {
-        name: getattr(os, name)
-        for name in ("open", "stat", "lstat", "mkdir", "listdir", "scandir", "fstat", "read")
-    }
-    real_close, real_lseek, real_builtin_open = os.close, os.lseek, builtins.open
-
-    def by_path(name):
-        def call(path, *args, **kwargs):
-            result = real[name](path, *args, **kwargs)
-            calls.append((name, os.fspath(path)))
-            if name == "open":
-                names[result] = os.fspath(path)
-            return result
-
-        return call
+    real_builtin_open = builtins.open
+    calls, names = path_calls(monkeypatch, "open", "stat", "lstat", "mkdir", "listdir", "scandir")
 
     def by_descriptor(name, function):
         def call(fd, *args, **kwargs):
@@ -452,12 +445,8 @@ def test_opening_a_store_looks_at_its_directory_once_and_reads_its_marker_in_one
 
         return call
 
-    for name in ("open", "stat", "lstat", "mkdir", "listdir", "scandir"):
-        monkeypatch.setattr(os, name, by_path(name))
-    for name in ("fstat", "read"):
-        monkeypatch.setattr(os, name, by_descriptor(name, real[name]))
-    monkeypatch.setattr(os, "close", by_descriptor("close", real_close))
-    monkeypatch.setattr(os, "lseek", by_descriptor("lseek", real_lseek))
+    for name in ("fstat", "read", "close", "lseek"):
+        monkeypatch.setattr(os, name, by_descriptor(name, getattr(os, name)))
     monkeypatch.setattr(
         builtins,
         "open",

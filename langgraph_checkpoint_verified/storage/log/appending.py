@@ -68,10 +68,12 @@ class LogAppender:
         *,
         replace: bool = True,
         durable: bool = True,
+        hint: bool = True,
     ) -> builtins.list[bool]:
         """Append ``entries`` (kind, key, data) to ``log`` as one write, synced unless not
-        ``durable``; with ``replace=False``, a put of a key the log holds is left out.
-        Whether each entry was appended."""
+        ``durable``; with ``replace=False``, a put of a key the log holds is left out; a
+        hint written after it if one is due, unless not to ``hint``. Whether each entry
+        was appended."""
         with log.writing, log.lock:
             with self.appending(log) as (fd, size):
                 chosen = [
@@ -80,7 +82,7 @@ class LogAppender:
                 kept = [entry for entry, keep in zip(entries, chosen, strict=True) if keep]
                 if kept:
                     self.append_locked(log, fd, size, kept, durable=durable)
-            if hint_due(log) and not log.commits.unsettled:
+            if hint and hint_due(log) and not log.commits.unsettled:
                 # the writer knows every key already: a process opening the thread next
                 # reads the hint and the tail after it, not the whole log (and this
                 # happens outside the file lock: other writers need not wait for it;

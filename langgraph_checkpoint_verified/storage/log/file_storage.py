@@ -503,7 +503,9 @@ class FileStorage:
                 where for where in (log.index.get(key) for key in gone) if isinstance(where, str)
             ]
             try:
-                self.appender.append(log, [(DELETE, key, b"") for key in gone], durable=False)
+                self.appender.append(
+                    log, [(DELETE, key, b"") for key in gone], durable=False, hint=False
+                )
             except BaseException:
                 # the records stay in the log: no copy of them may stand aside as if moved
                 with suppress(OSError):

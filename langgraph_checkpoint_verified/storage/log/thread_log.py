@@ -147,8 +147,9 @@ class ThreadLog:
         reader finds those only by reading the log. A key whose latest entry is damaged
         does not: the hint names it where its data lies, and whoever reads it finds it
         damaged. Such damage stands no more once the record is deleted (the quarantine's
-        move appends a deletion) or written again (and its key is forgotten here): the
-        next hint is then due at once, naming what the log holds now."""
+        move appends a deletion, and leaves the hint to the next append) or written again
+        (and its key is forgotten here): the next hint is then due at once, naming what
+        the log holds now."""
         if self.damaged_keys:
             self.damaged_keys = {
                 key for key in self.damaged_keys if isinstance(self.index.get(key), DamagedEntry)

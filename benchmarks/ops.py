@@ -304,6 +304,10 @@ def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
     started = time.perf_counter()
     ids, puts = build_history(store, db, count)
     build_seconds = time.perf_counter() - started
+    # the hint as the writer left it, before any reader writes its own (section 6)
+    writer_hint = next((store / "threads").iterdir()) / "log.hint"
+    if writer_hint.exists():
+        shutil.copyfile(writer_hint, workdir / "writer.hint")
     # before any reader opens the store (and leaves its own hint)
     first_open = first_open_after_writer(
         store, db, workdir, max(ids), rounds=settings.process_rounds
@@ -358,7 +362,10 @@ def history_section(settings: Any, workdir: Path) -> dict[str, Any]:
         out[op] = {**stats, "ratios": compare(stats, [(VERIFIED_FILES, SQLITE)])}
     out["first_open_after_writer"] = first_open
     out["memory"] = memory_over_threads(workdir / "memory", settings.memory_threads, 10, 3)
-    return {"history": out, "recovery": recovery(settings, workdir, store, db, ids)}
+    return {
+        "history": out,
+        "recovery": recovery(settings, workdir, store, db, ids, workdir / "writer.hint"),
+    }
 
 
 # -- 6. recovery --------------------------------------------------------------------
@@ -393,7 +400,9 @@ def unlink_logs(copy: Path) -> None:
             write_anew(log, log.read_bytes())
 
 
-def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]) -> dict:
+def recovery(
+    settings: Any, workdir: Path, store: Path, db: Path, ids: list[str], writer_hint: Path
+) -> dict:
     """Open + get_tuple with the newest K checkpoints damaged (one byte flipped in each).
 
     Each case works on a copy of the store whose logs are hard links (a byte-for-byte
@@ -402,8 +411,13 @@ def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]
     their own or in a thread's log). Timed: ``VerifiedSaver(copy)`` (defaults)
     + ``get_tuple``, the first read, which quarantines the damage, and the same
     again with a new saver; then, once the first saver put the thread's next
-    checkpoint, the same again. Baseline: SqliteSaver open + ``get_tuple`` on the same
+    checkpoint, the same again. Baseline: SqliteSaver open + get_tuple on the same
     checkpoints, undamaged (SQLite cannot read past damage at all).
+
+    The store has been read by then, and its hint covers the whole log: the damage is
+    found by the reads. The largest K is also measured on copies with the hint its
+    writer left (``writer_hint``): the newest entries lie past it, as after a crash,
+    and the scan that opens the thread finds those of them that are damaged.
     """
     newest_first = sorted(ids, reverse=True)
     spans = checkpoint_spans(store)
@@ -412,85 +426,115 @@ def recovery(settings: Any, workdir: Path, store: Path, db: Path, ids: list[str]
         # a layout damage.py does not know: it cannot damage what it cannot find
         return {"skipped": f"the record of checkpoint {missing[0]} was not found in the store"}
     config = {"configurable": {"thread_id": "history"}}
-    samples: dict[int, dict[str, list[float]]] = {
-        k: {"first": [], "second": [], "after_step": [], "sqlite": []}
-        for k in settings.recovery_damaged
+    writer_left = writer_hint.exists()
+    variants: list[tuple[int, bool]] = [(k, False) for k in settings.recovery_damaged]
+    if writer_left:
+        variants.append((max(settings.recovery_damaged), True))
+    samples: dict[tuple[int, bool], dict[str, list[float]]] = {
+        variant: {"first": [], "second": [], "after_step": [], "sqlite": []} for variant in variants
     }
-    checks: dict[int, dict[str, Any]] = {}
+    checks: dict[tuple[int, bool], dict[str, Any]] = {}
     for repeat in range(settings.recovery_repeats):
-        for damaged in rotated(settings.recovery_damaged, repeat):
-            copy = workdir / f"copy-{damaged}-{repeat}"
+        for damaged, as_written in rotated(variants, repeat):
+            copy = workdir / f"copy-{damaged}-{as_written}-{repeat}"
             shutil.copytree(store, copy, copy_function=link_logs)
+            if as_written:
+                shutil.copyfile(writer_hint, next((copy / "threads").iterdir()) / "log.hint")
             flip_bytes(copy, [spans[c] for c in newest_first[:damaged]])
-
-            started = time.perf_counter()
-            saver = VerifiedSaver(copy)
-            found = saver.get_tuple(config)
-            samples[damaged]["first"].append(time.perf_counter() - started)
-            # A damaged checkpoint is rebuilt from parity, or quarantined, or (whole again but
-            # its values held by a quarantined one) skipped: what is returned must be no
-            # older than the newest undamaged checkpoint, and exactly what was written.
-            checks[damaged] = {
-                "returned_expected": found is not None
-                and found.checkpoint["id"] in newest_first[: damaged + 1]
-                and _as_written(db, config, found),
-                "quarantined_records": saver.stats.quarantined_records,
-                "healed_blocks": saver.stats.healed_blocks,
-            }
-
-            started = time.perf_counter()
-            found = VerifiedSaver(copy).get_tuple(config)
-            samples[damaged]["second"].append(time.perf_counter() - started)
-            checks[damaged]["second_returned_expected"] = (
-                found is not None
-                and found.checkpoint["id"] in newest_first[: damaged + 1]
-                and _as_written(db, config, found)
+            series = samples[(damaged, as_written)]
+            checks[(damaged, as_written)] = _recovery_case(
+                copy, db, config, newest_first[: damaged + 1], series
             )
-
-            # The thread goes on: the first saver puts the next checkpoint (which writes
-            # a rebuilt block back in place, and lets hints cover quarantined damage), and
-            # a new saver opens the thread after it.
-            unlink_logs(copy)  # the pristine store's log must not grow
-            step = found.metadata.get("step", 0) + 1
-            next_config = saver.put(
-                found.config,
-                create_checkpoint(found.checkpoint, None, step),
-                {"source": "loop", "step": step, "parents": {}},
-                {},
-            )
-            started = time.perf_counter()
-            found = VerifiedSaver(copy).get_tuple(config)
-            samples[damaged]["after_step"].append(time.perf_counter() - started)
-            checks[damaged]["after_step_returned_expected"] = (
-                found is not None and found.config == next_config
-            )
-
             started = time.perf_counter()
             sqlite_saver = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
             baseline = sqlite_saver.get_tuple(config)
-            samples[damaged]["sqlite"].append(time.perf_counter() - started)
+            series["sqlite"].append(time.perf_counter() - started)
             sqlite_saver.conn.close()
             assert baseline is not None
             shutil.rmtree(copy)
 
-    cases = {}
-    for damaged, series in samples.items():
+    def summary(variant: tuple[int, bool]) -> dict[str, Any]:
+        series = samples[variant]
         first = percentile(series["first"], 50)
         sqlite_time = percentile(series["sqlite"], 50)
-        cases[str(damaged)] = {
+        return {
             "first_read_ms": 1000 * first,
             "second_read_ms": 1000 * percentile(series["second"], 50),
             "after_step_read_ms": 1000 * percentile(series["after_step"], 50),
             "sqlite_open_get_tuple_ms": 1000 * sqlite_time,
             "first_ratio_vs_sqlite": first / sqlite_time,
-            **checks[damaged],
+            **checks[variant],
         }
-    return {
+
+    out: dict[str, Any] = {
         "checkpoints": len(ids),
         "repeats": settings.recovery_repeats,
-        "cases": cases,
-        "unread_damage": unread_damage(settings, workdir, store, db),
+        "cases": {str(k): summary((k, False)) for k in settings.recovery_damaged},
     }
+    if writer_left:
+        k = max(settings.recovery_damaged)
+        scratch = workdir / "writer-left"
+        shutil.copytree(store, scratch, copy_function=link_logs)
+        thread_dir = next((scratch / "threads").iterdir())
+        shutil.copyfile(writer_hint, thread_dir / "log.hint")
+        entries, size = past_hint(thread_dir)
+        shutil.rmtree(scratch)
+        out["writer_left"] = {
+            "damaged": k,
+            "past_writer_hint": {"entries": entries, "bytes": size},
+            **summary((k, True)),
+        }
+    out["unread_damage"] = unread_damage(settings, workdir, store, db)
+    return out
+
+
+def _recovery_case(
+    copy: Path,
+    db: Path,
+    config: dict[str, Any],
+    expected: list[str],
+    series: dict[str, list[float]],
+) -> dict[str, Any]:
+    """The three reads of one damaged copy, timed into ``series``; what each returned.
+    ``expected``: the ids a read may return (the damaged ones, and the newest undamaged)."""
+    started = time.perf_counter()
+    saver = VerifiedSaver(copy)
+    found = saver.get_tuple(config)
+    series["first"].append(time.perf_counter() - started)
+    # A damaged checkpoint is rebuilt from parity, or quarantined, or (whole again but
+    # its values held by a quarantined one) skipped: what is returned must be no
+    # older than the newest undamaged checkpoint, and exactly what was written.
+    checks: dict[str, Any] = {
+        "returned_expected": found is not None
+        and found.checkpoint["id"] in expected
+        and _as_written(db, config, found),
+        "quarantined_records": saver.stats.quarantined_records,
+        "healed_blocks": saver.stats.healed_blocks,
+    }
+
+    started = time.perf_counter()
+    found = VerifiedSaver(copy).get_tuple(config)
+    series["second"].append(time.perf_counter() - started)
+    checks["second_returned_expected"] = (
+        found is not None and found.checkpoint["id"] in expected and _as_written(db, config, found)
+    )
+
+    # The thread goes on: the first saver puts the next checkpoint (which writes
+    # a rebuilt block back in place, and lets hints cover quarantined damage), and
+    # a new saver opens the thread after it.
+    unlink_logs(copy)  # the pristine store's log must not grow
+    step = found.metadata.get("step", 0) + 1
+    next_config = saver.put(
+        found.config,
+        create_checkpoint(found.checkpoint, None, step),
+        {"source": "loop", "step": step, "parents": {}},
+        {},
+    )
+    started = time.perf_counter()
+    found = VerifiedSaver(copy).get_tuple(config)
+    series["after_step"].append(time.perf_counter() - started)
+    checks["after_step_returned_expected"] = found is not None and found.config == next_config
+    return checks
 
 
 UNREAD_DAMAGE_STEPS = 1000

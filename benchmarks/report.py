@@ -364,6 +364,39 @@ def cli_tables(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _recovery_rows(label: str, case: dict[str, Any]) -> list[str]:
+    """The first read, the second, and the read after the next step, of one recovery case."""
+    sqlite_ms = case["sqlite_open_get_tuple_ms"]
+    note = "" if case["returned_expected"] else ", returned the wrong checkpoint!"
+    rows = [
+        row(
+            f"{label}, first read ({case['quarantined_records']} quarantined, "
+            f"{case.get('healed_blocks', 0)} blocks rebuilt{note})",
+            ms(case["first_read_ms"]),
+            f"SqliteSaver {ms(sqlite_ms)}",
+            x(case["first_ratio_vs_sqlite"]),
+        ),
+        row(
+            f"{label}, second read",
+            ms(case["second_read_ms"]),
+            f"SqliteSaver {ms(sqlite_ms)}",
+            x(case["second_read_ms"] / sqlite_ms),
+        ),
+    ]
+    if "after_step_read_ms" in case:
+        expected = case["after_step_returned_expected"]
+        note = "" if expected else ", returned the wrong checkpoint!"
+        rows.append(
+            row(
+                f"{label}, a new saver after the thread's next step{note}",
+                ms(case["after_step_read_ms"]),
+                f"SqliteSaver {ms(sqlite_ms)}",
+                x(case["after_step_read_ms"] / sqlite_ms),
+            )
+        )
+    return rows
+
+
 def recovery_tables(results: dict[str, Any]) -> list[str]:
     rec = results["recovery"]
     lines = ["## 6. Recovery: open + get_tuple with the newest K checkpoints damaged", ""]
@@ -380,38 +413,24 @@ def recovery_tables(results: dict[str, Any]) -> list[str]:
         f"and hints cover what was quarantined). Baseline: SqliteSaver open + get_tuple, "
         f"undamaged (SQLite cannot fall back past damage).",
         "",
-        HEADER,
     ]
-    for damaged, case in rec["cases"].items():
-        note = "" if case["returned_expected"] else ", returned the wrong checkpoint!"
-        lines.append(
-            row(
-                f"K={damaged}, first read ({case['quarantined_records']} quarantined, "
-                f"{case.get('healed_blocks', 0)} blocks rebuilt{note})",
-                ms(case["first_read_ms"]),
-                f"SqliteSaver {ms(case['sqlite_open_get_tuple_ms'])}",
-                x(case["first_ratio_vs_sqlite"]),
-            )
-        )
-        lines.append(
-            row(
-                f"K={damaged}, second read",
-                ms(case["second_read_ms"]),
-                f"SqliteSaver {ms(case['sqlite_open_get_tuple_ms'])}",
-                x(case["second_read_ms"] / case["sqlite_open_get_tuple_ms"]),
-            )
-        )
-        if "after_step_read_ms" in case:
-            expected = case["after_step_returned_expected"]
-            note = "" if expected else ", returned the wrong checkpoint!"
-            lines.append(
-                row(
-                    f"K={damaged}, a new saver after the thread's next step{note}",
-                    ms(case["after_step_read_ms"]),
-                    f"SqliteSaver {ms(case['sqlite_open_get_tuple_ms'])}",
-                    x(case["after_step_read_ms"] / case["sqlite_open_get_tuple_ms"]),
-                )
-            )
+    writer_left = rec.get("writer_left")
+    if writer_left:
+        past = writer_left["past_writer_hint"]
+        lines += [
+            f"The store has been read by then: its hint covers the whole log, and the reads "
+            f"find the damage. The last rows are K={writer_left['damaged']} on copies with "
+            f"the hint its writer left ({past['entries']} entries, "
+            f"{past['bytes'] / 1024:.0f} KB, past it), as after a crash: the scan that "
+            f"opens the thread finds the damaged entries past the hint.",
+            "",
+        ]
+    lines.append(HEADER)
+    labelled = [(f"K={damaged}", case) for damaged, case in rec["cases"].items()]
+    if writer_left:
+        labelled.append((f"K={writer_left['damaged']}, the writer's hint", writer_left))
+    for label, case in labelled:
+        lines += _recovery_rows(label, case)
     lines.append("")
     unread = rec.get("unread_damage")
     if unread:
@@ -747,6 +766,16 @@ def headline(results: dict[str, Any]) -> list[str]:
                 x(cases[worst]["first_ratio_vs_sqlite"]),
             )
         )
+        writer_left = results["recovery"].get("writer_left")
+        if writer_left:
+            lines.append(
+                row(
+                    f"open + get_tuple, newest {writer_left['damaged']} damaged, the writer's hint",
+                    ms(writer_left["first_read_ms"]),
+                    f"SqliteSaver (undamaged) {ms(writer_left['sqlite_open_get_tuple_ms'])}",
+                    x(writer_left["first_ratio_vs_sqlite"]),
+                )
+            )
     if "chat" in results:
         fsyncs = results["chat"]["fsyncs"][VERIFIED_FILES]
         lines.append(row("fsyncs per step, files (mean)", f"{fsyncs['per_step_mean']:.2f}", "", ""))

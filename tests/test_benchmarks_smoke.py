@@ -51,6 +51,14 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
     assert "skipped" in recovery or set(recovery["cases"]) == {"0", "1", "10", "100"}
     for case in recovery.get("cases", {}).values():
         assert case["after_step_returned_expected"], case  # the checkpoint just put
+    if "cases" in recovery:
+        # the newest damaged past the hint its writer left, as after a crash: the scan
+        # that opens the thread finds them, and what is returned is what was written
+        writer_left = recovery["writer_left"]
+        assert writer_left["past_writer_hint"]["entries"] > 0
+        assert writer_left["quarantined_records"] == writer_left["damaged"] == 100
+        assert writer_left["returned_expected"] and writer_left["second_returned_expected"]
+        assert writer_left["after_step_returned_expected"], writer_left
     # a thread gone on past damage no read needs is opened from its hint, not read whole
     if "unread_damage" in recovery:
         unread = recovery["unread_damage"]

@@ -70,13 +70,14 @@ def _log_spans(path: Path, relative: Path) -> dict[str, Span]:
     return spans
 
 
-def past_hint(thread_dir: Path) -> tuple[int, int]:
-    """``(entries, bytes)`` of a thread's log past what its hint covers (``log.hint``: a
-    24-byte header whose last 8 bytes say how much of the log it covers), which the
-    first process to open the thread reads; the whole log if it has no hint."""
+def past_hint(thread_dir: Path, hint: Path | None = None) -> tuple[int, int]:
+    """``(entries, bytes)`` of a thread's log past what its hint covers (``log.hint``, or
+    ``hint``: a 24-byte header whose last 8 bytes say how much of the log it covers),
+    which the first process to open the thread reads; the whole log if it has no hint."""
     log = (thread_dir / "log").read_bytes()
     try:
-        magic, _, _, covered = _HINT_HEADER.unpack_from((thread_dir / "log.hint").read_bytes())
+        header = (hint or thread_dir / "log.hint").read_bytes()
+        magic, _, _, covered = _HINT_HEADER.unpack_from(header)
     except (OSError, struct.error):
         magic, covered = b"", 0
     if magic != _HINT_MAGIC:

@@ -473,12 +473,7 @@ def recovery(
     }
     if writer_left:
         k = max(settings.recovery_damaged)
-        scratch = workdir / "writer-left"
-        shutil.copytree(store, scratch, copy_function=link_logs)
-        thread_dir = next((scratch / "threads").iterdir())
-        shutil.copyfile(writer_hint, thread_dir / "log.hint")
-        entries, size = past_hint(thread_dir)
-        shutil.rmtree(scratch)
+        entries, size = past_hint(next((store / "threads").iterdir()), writer_hint)
         out["writer_left"] = {
             "damaged": k,
             "past_writer_hint": {"entries": entries, "bytes": size},

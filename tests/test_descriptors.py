@@ -251,6 +251,42 @@ def test_a_store_no_longer_used_closes_the_files_it_kept_open(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_savers_that_opened_a_thread_from_its_hint_are_collected_with_their_files(tmp_path):
+    """A saver made per request on a store whose threads have hints: each one that reads
+    (and writes) a thread, then is dropped, goes whole, its store and the log it opened
+    with it. Nothing a log keeps (its hinted key directory) holds on to the store."""
+    import weakref
+
+    from langgraph.checkpoint.conformance.test_utils import (
+        generate_checkpoint,
+        generate_metadata,
+    )
+
+    root = tmp_path / "store"
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    writer = VerifiedSaver(root, fsync=False)
+    for step in range(200):
+        config = writer.put(config, generate_checkpoint(), generate_metadata(step=step), {})
+    del writer
+    assert VerifiedSaver(root).get_tuple(config) is not None  # a long scan: leaves a hint
+    assert (root / "threads/t/log.hint").exists()
+
+    gc.collect()
+    before = len(open_descriptors())
+    stores = []
+    for step in range(200, 220):
+        saver = VerifiedSaver(root)
+        stores.append(weakref.ref(saver.storage))
+        assert saver.get_tuple(config) is not None  # the log opened from its hint
+        assert len(list(saver.list({"configurable": {"thread_id": "t"}}, limit=3))) == 3
+        config = saver.put(config, generate_checkpoint(), generate_metadata(step=step), {})
+        del saver
+    gc.collect()
+    assert [ref for ref in stores if ref() is not None] == []
+    assert len(open_descriptors()) <= before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 def test_close_lets_go_of_the_files_kept_open_at_once(tmp_path):
     """``close`` of a saver or a memory store closes the logs it kept open
     (descriptors and ``flock``) then, not when the object is collected. A saver sharing

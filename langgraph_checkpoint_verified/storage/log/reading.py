@@ -19,6 +19,7 @@ import builtins
 import itertools
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -212,12 +213,32 @@ class LogReader:
             return
         size = os.fstat(fd).st_size
         if not log.index and size:  # a hint covers the log only: record files are above
-            read_hint(log, fd, lambda replaced: self._read_whole(log, from_hint=replaced))
+            read_hint(log, fd, self._rescan(log))
         rebuilt = len(log.rewrite)
         scanned = self.read_tail(log, fd, size, far=True)
         if hint_pays_off(log, scanned, healed=len(log.rewrite) > rebuilt):
             # this process read that much to open the thread: the next one need not
             write_hint(log)
+
+    def _rescan(
+        self, log: ThreadLog, *, follow_hint: bool = True
+    ) -> Callable[[bool], KeyDirectory]:
+        """What ``log``'s hinted key directory calls to read the log again once its hint's
+        blocks cannot be read: ``_read_whole`` (``follow_hint=False``: from the log alone).
+
+        It holds this reader weakly. The directory lives in the log, the log in its
+        store's table of logs, which the store's finalizer closes; through this reader's
+        reporters a strong reference would lead from that finalizer back to the store,
+        and no store that had read a thread would ever be collected, nor its log's
+        descriptor closed."""
+        reader = weakref.ref(self)
+
+        def rescan(replaced: bool) -> KeyDirectory:
+            live = reader()
+            assert live is not None, "a log's directory is used only through its store"
+            return LogReader._read_whole(live, log, from_hint=replaced and follow_hint)
+
+        return rescan
 
     def _read_whole(self, log: ThreadLog, *, from_hint: bool = False) -> KeyDirectory:
         """The key directory of the log up to where it was read, for a directory that
@@ -232,7 +253,7 @@ class LogReader:
         assert log.fd is not None
         scratch = self._scratch(log)
         if from_hint:
-            read_hint(scratch, log.fd, lambda replaced: self._read_whole(log))
+            read_hint(scratch, log.fd, self._rescan(log, follow_hint=False))
             if scratch.end > log.end:
                 scratch = self._scratch(log)  # written further on than this reading is
         start = scratch.end

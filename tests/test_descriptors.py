@@ -287,6 +287,37 @@ def test_savers_that_opened_a_thread_from_its_hint_are_collected_with_their_file
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_memory_stores_that_opened_a_label_from_its_hint_are_collected_with_their_files(
+    tmp_path,
+):
+    """The same for the long-term memory store, whose labels are logs with hints too."""
+    import weakref
+
+    from langgraph_checkpoint_verified import VerifiedStore
+
+    root = tmp_path / "memories"
+    writer = VerifiedStore(root)
+    for n in range(300):
+        writer.put(("user", "1"), f"note-{n}", {"text": "x" * 300})
+    writer.close()
+    assert len(VerifiedStore(root).search(("user", "1"), limit=500)) == 300  # leaves a hint
+    assert list(root.glob("**/log.hint"))
+
+    gc.collect()
+    before = len(open_descriptors())
+    stores = []
+    for n in range(20):
+        store = VerifiedStore(root)
+        stores.append(weakref.ref(store.storage))
+        assert store.get(("user", "1"), "note-7") is not None
+        store.put(("user", "1"), f"more-{n}", {"text": "y"})
+        del store
+    gc.collect()
+    assert [ref for ref in stores if ref() is not None] == []
+    assert len(open_descriptors()) <= before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 def test_close_lets_go_of_the_files_kept_open_at_once(tmp_path):
     """``close`` of a saver or a memory store closes the logs it kept open
     (descriptors and ``flock``) then, not when the object is collected. A saver sharing

@@ -304,7 +304,10 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
 
     def close(self) -> None:
         """Release the saver and the files it keeps open. Idempotent; later calls raise
-        ``VerifiedSaverError``."""
+        ``VerifiedSaverError``. A saver dropped without it (one per request, say) lets
+        go of them as it goes: it holds no reference cycle, so in CPython that is when
+        the last reference to it goes, as with a ``sqlite3`` connection. A retention
+        sweeper is the exception: it runs until ``close``."""
         if not self._closed and self.sweeper is not None:
             sweeper.release(self._sweeper_key, self.sweeper)
         self._closed = True

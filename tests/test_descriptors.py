@@ -287,6 +287,49 @@ def test_savers_that_opened_a_thread_from_its_hint_are_collected_with_their_file
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_dropped_saver_closes_its_files_at_once_without_the_garbage_collector(tmp_path):
+    """A saver and its store hold no reference cycle: dropped, they go at once (as a
+    ``sqlite3`` connection does), their descriptors with them, not at some later
+    collection. Here after graph turns, a damaged record reported and quarantined, and
+    a thread opened from its hint."""
+    import weakref
+
+    from logtools import lose_parity
+
+    from langgraph_checkpoint_verified.storage.log.entries import scan
+
+    root = tmp_path / "store"
+    config = {"configurable": {"thread_id": "t"}}
+    warm = VerifiedSaver(root)
+    graph = build_graph(warm)
+    for turn in range(40):
+        graph.invoke({"messages": [("user", f"turn {turn}")]}, config)
+    del graph, warm
+    assert VerifiedSaver(root).get_tuple(config) is not None  # reads it whole: leaves a hint
+    gc.collect()
+    log = root / "threads/t/log"
+    lose_parity(log)  # damage beyond what parity rebuilds: quarantined
+    newest = [e for e in scan(log.read_bytes())[0] if e.key.endswith(".ckpt")][-1]
+    with open(log, "r+b") as f:
+        f.seek(newest.data_offset + newest.data_size // 2)
+        f.write(b"\xff" * 8)
+    assert (root / "threads/t/log.hint").exists()
+    before = len(open_descriptors())
+    gc.disable()
+    try:
+        saver = VerifiedSaver(root)
+        storage = weakref.ref(saver.engine.storage)
+        result = build_graph(saver).invoke({"messages": [("user", "again")]}, config)
+        assert result["turns"] >= 40
+        assert saver.stats.quarantined_records == 1
+        del saver, result
+        assert storage() is None
+        assert len(open_descriptors()) <= before
+    finally:
+        gc.enable()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 def test_memory_stores_that_opened_a_label_from_its_hint_are_collected_with_their_files(
     tmp_path,
 ):

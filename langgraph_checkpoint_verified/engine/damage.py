@@ -16,6 +16,7 @@ import logging
 import secrets
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -147,7 +148,9 @@ class DamageReporter:
         on_corruption: Callable[[Damage], Any] | None = None,
         quarantine: bool = True,
     ) -> None:
-        self.storage = storage
+        # weakly: the storage calls this reporter back (``on_healed``), and a reporter
+        # holding it would make the two a cycle, freed by the garbage collector only
+        self._storage = weakref.ref(storage)
         self.codec = codec
         self.on_corruption = on_corruption
         self.quarantine_enabled = quarantine
@@ -155,6 +158,13 @@ class DamageReporter:
         self.read_only_error: OSError | None = None
         self._lock = threading.Lock()
         self._together = threading.local()
+
+    @property
+    def storage(self) -> Storage:
+        """The store the records live in (kept alive by whoever reads through it)."""
+        storage = self._storage()
+        assert storage is not None, "a reporter is used only through its storage's owner"
+        return storage
 
     def damaged(self, key: str, error: RecordDamagedError, data: bytes | None) -> Damage:
         """Handle one damaged record found at ``key`` (``data`` is what was read).

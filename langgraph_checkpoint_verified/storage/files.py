@@ -18,6 +18,7 @@ import socket
 import stat
 import threading
 import time
+import weakref
 from collections.abc import Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -97,7 +98,16 @@ class RecordFileStorage(OneRecordPerWrite):
         else:
             # a store's own directory is trusted: it was made, and synced, with its marker
             self._known_dirs.add(self._root)
-        self._locks = DirectoryLocks(self._open_lock_file)
+        # the locks call this store back weakly: as its part, they must not keep it alive
+        # (a cycle: freed by the garbage collector only, its descriptors open till then)
+        open_lock_file = weakref.WeakMethod(self._open_lock_file)
+
+        def open_through_store(directory: str, lock_path: str) -> int | None:
+            method = open_lock_file()
+            assert method is not None, "a store's locks are used only through the store"
+            return method(directory, lock_path)
+
+        self._locks = DirectoryLocks(open_through_store)
         self._deleting = threading.local()
         """Per thread, inside ``deleting_together``: the trees renamed away, to remove."""
 

@@ -226,17 +226,18 @@ class LogReader:
         """What ``log``'s hinted key directory calls to read the log again once its hint's
         blocks cannot be read: ``_read_whole`` (``follow_hint=False``: from the log alone).
 
-        It holds this reader weakly. The directory lives in the log, the log in its
-        store's table of logs, which the store's finalizer closes; through this reader's
-        reporters a strong reference would lead from that finalizer back to the store,
-        and no store that had read a thread would ever be collected, nor its log's
-        descriptor closed."""
-        reader = weakref.ref(self)
+        It holds this reader and the log weakly. The directory lives in the log, the log
+        in its store's table of logs, which the store's finalizer closes: a strong
+        reference to the reader would lead from that finalizer back to the store (no
+        store that had read a thread would ever be collected, nor its log's descriptor
+        closed), one to the log would make the log a cycle, freed only by the garbage
+        collector."""
+        reader, read_log = weakref.ref(self), weakref.ref(log)
 
         def rescan(replaced: bool) -> KeyDirectory:
-            live = reader()
-            assert live is not None, "a log's directory is used only through its store"
-            return LogReader._read_whole(live, log, from_hint=replaced and follow_hint)
+            live, live_log = reader(), read_log()
+            assert live is not None and live_log is not None, "used only through its store"
+            return LogReader._read_whole(live, live_log, from_hint=replaced and follow_hint)
 
         return rescan
 

@@ -12,8 +12,10 @@ import gc
 import os
 import sys
 import threading
+import weakref
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from echo_graph import build_graph
@@ -250,13 +252,27 @@ def test_a_store_no_longer_used_closes_the_files_it_kept_open(tmp_path):
     assert len(open_descriptors()) <= before + 2
 
 
+def left_behind(make: Any, use: Any, times: int = 20) -> tuple[list[Any], int]:
+    """Make a saver or memory store ``times`` over (``make()``), ``use`` it, drop it; once
+    collected, the stores still alive, and how many more descriptors are open than
+    before."""
+    gc.collect()
+    before = len(open_descriptors())
+    stores = []
+    for _ in range(times):
+        face = make()
+        stores.append(weakref.ref(face.storage))
+        use(face)
+        del face
+    gc.collect()
+    return [ref() for ref in stores if ref() is not None], max(0, len(open_descriptors()) - before)
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 def test_savers_that_opened_a_thread_from_its_hint_are_collected_with_their_files(tmp_path):
     """A saver made per request on a store whose threads have hints: each one that reads
     (and writes) a thread, then is dropped, goes whole, its store and the log it opened
     with it. Nothing a log keeps (its hinted key directory) holds on to the store."""
-    import weakref
-
     from langgraph.checkpoint.conformance.test_utils import (
         generate_checkpoint,
         generate_metadata,
@@ -271,19 +287,13 @@ def test_savers_that_opened_a_thread_from_its_hint_are_collected_with_their_file
     assert VerifiedSaver(root).get_tuple(config) is not None  # a long scan: leaves a hint
     assert (root / "threads/t/log.hint").exists()
 
-    gc.collect()
-    before = len(open_descriptors())
-    stores = []
-    for step in range(200, 220):
-        saver = VerifiedSaver(root)
-        stores.append(weakref.ref(saver.storage))
+    def read_and_write(saver: VerifiedSaver) -> None:
+        nonlocal config
         assert saver.get_tuple(config) is not None  # the log opened from its hint
         assert len(list(saver.list({"configurable": {"thread_id": "t"}}, limit=3))) == 3
-        config = saver.put(config, generate_checkpoint(), generate_metadata(step=step), {})
-        del saver
-    gc.collect()
-    assert [ref for ref in stores if ref() is not None] == []
-    assert len(open_descriptors()) <= before
+        config = saver.put(config, generate_checkpoint(), generate_metadata(step=1), {})
+
+    assert left_behind(lambda: VerifiedSaver(root), read_and_write) == ([], 0)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
@@ -292,8 +302,6 @@ def test_a_dropped_saver_closes_its_files_at_once_without_the_garbage_collector(
     ``sqlite3`` connection does), their descriptors with them, not at some later
     collection. Here after graph turns, a damaged record reported and quarantined, and
     a thread opened from its hint."""
-    import weakref
-
     from logtools import lose_parity
 
     from langgraph_checkpoint_verified.storage.log.entries import scan
@@ -334,8 +342,6 @@ def test_memory_stores_that_opened_a_label_from_its_hint_are_collected_with_thei
     tmp_path,
 ):
     """The same for the long-term memory store, whose labels are logs with hints too."""
-    import weakref
-
     from langgraph_checkpoint_verified import VerifiedStore
 
     root = tmp_path / "memories"
@@ -346,18 +352,11 @@ def test_memory_stores_that_opened_a_label_from_its_hint_are_collected_with_thei
     assert len(VerifiedStore(root).search(("user", "1"), limit=500)) == 300  # leaves a hint
     assert list(root.glob("**/log.hint"))
 
-    gc.collect()
-    before = len(open_descriptors())
-    stores = []
-    for n in range(20):
-        store = VerifiedStore(root)
-        stores.append(weakref.ref(store.storage))
+    def read_and_write(store: VerifiedStore) -> None:
         assert store.get(("user", "1"), "note-7") is not None
-        store.put(("user", "1"), f"more-{n}", {"text": "y"})
-        del store
-    gc.collect()
-    assert [ref for ref in stores if ref() is not None] == []
-    assert len(open_descriptors()) <= before
+        store.put(("user", "1"), "more", {"text": "y"})
+
+    assert left_behind(lambda: VerifiedStore(root), read_and_write) == ([], 0)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import weakref
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import (
@@ -22,6 +23,7 @@ from langgraph_checkpoint_verified import VerifiedSaver, VerifiedSaverError
 from langgraph_checkpoint_verified.records.format import Codec
 from langgraph_checkpoint_verified.records.keys import (
     TEMP_PREFIX,
+    checkpoint_key,
     checkpoints_prefix,
     thread_prefix,
 )
@@ -665,3 +667,34 @@ def test_a_serializer_set_on_a_saver_is_used_by_it_and_by_no_copy_of_it(tmp_path
     assert saver.serde is plain and saver.engine.serde is plain
     assert tagged.engine.serde is tagged.serde
     assert tagged.engine.storage is saver.engine.storage  # one store, one set of caches
+
+
+class SlottedStorage:
+    """A storage of one's own that takes no weak reference (``__slots__``, no base class):
+    ``MemoryStorage``'s records behind it."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self) -> None:
+        from langgraph_checkpoint_verified.storage import MemoryStorage
+
+        self.inner = MemoryStorage()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def test_a_storage_that_takes_no_weak_reference_is_used_and_its_damage_reported():
+    storage = SlottedStorage()
+    with pytest.raises(TypeError):
+        weakref.ref(storage)
+    saver = VerifiedSaver(storage=storage)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    first = saver.put(config, generate_checkpoint(), generate_metadata(step=0), {})
+    second = saver.put(first, generate_checkpoint(), generate_metadata(step=1), {})
+    key = checkpoint_key("t", "", second["configurable"]["checkpoint_id"])
+    data = bytearray(storage.read(key))
+    data[len(data) // 2] ^= 0xFF
+    storage.write(key, bytes(data))
+    found = VerifiedSaver(storage=storage).get_tuple(config)
+    assert found is not None and found.config == first  # fell back past the damage

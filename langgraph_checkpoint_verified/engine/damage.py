@@ -11,6 +11,7 @@ use any more, so that the store verifies afterwards.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
@@ -150,7 +151,12 @@ class DamageReporter:
     ) -> None:
         # weakly: the storage calls this reporter back (``on_healed``), and a reporter
         # holding it would make the two a cycle, freed by the garbage collector only
-        self._storage = weakref.ref(storage)
+        # (a storage of one's own that takes no weak reference is held as it is)
+        self._storage: Callable[[], Storage | None]
+        try:
+            self._storage = weakref.ref(storage)
+        except TypeError:
+            self._storage = functools.partial(_itself, storage)
         self.codec = codec
         self.on_corruption = on_corruption
         self.quarantine_enabled = quarantine
@@ -587,6 +593,10 @@ class DamageReporter:
             self.on_corruption(damage)
         except Exception:
             logger.exception("on_corruption callback raised; ignored")
+
+
+def _itself(value: Any) -> Any:
+    return value
 
 
 def _together(reported: Sequence[tuple[Damage, str]]) -> str:

@@ -18,9 +18,13 @@ After the steps listed in ``size_at``, the bytes of the file stores are taken
 (the SQLite database with its -wal and -shm files, as they are while open).
 
 Most threads are short: ``run_short_chats`` then runs many chats of
-``SHORT_CHAT_TURNS`` turns, each on a new thread, with the four savers of
-``SHORT_COMPARISONS`` taking turns the same way, and gives the saver time per
-turn over all of them.
+``SHORT_CHAT_TURNS`` turns, each on a new thread, with the savers of
+``SHORT_SAVERS`` taking turns the same way, and gives the saver time per turn
+over all of them. Two more figures say where that time goes: the same chats
+with ``VerifiedSaver(path, fsync=False)`` beside them (what this saver costs with
+no ``fsync`` at all, against a SqliteSaver that syncs every commit), and again
+with ``durability="sync"`` (every call on the caller's thread, none running while
+the graph runs: what is left is each call's own cost).
 """
 
 from __future__ import annotations
@@ -70,8 +74,17 @@ COMPARISONS = (
 
 SHORT_CHAT_TURNS = 10
 """Turns (``graph.invoke`` calls) of each short chat."""
-SHORT_COMPARISONS = ((VERIFIED_FILES, SQLITE), (VERIFIED_MEMORY, MEMORY))
-SHORT_SAVERS = (VERIFIED_FILES, SQLITE, VERIFIED_MEMORY, MEMORY)
+VERIFIED_UNSYNCED = "VerifiedSaver(path, fsync=False)"
+"""Not durable: beside the others in the short chats only, to show what syncing costs."""
+SHORT_COMPARISONS = (
+    (VERIFIED_FILES, SQLITE),
+    (VERIFIED_MEMORY, MEMORY),
+    (VERIFIED_UNSYNCED, SQLITE),
+)
+SHORT_DURABLE_SAVERS = (VERIFIED_FILES, SQLITE, VERIFIED_MEMORY, MEMORY)
+SHORT_SAVERS = (*SHORT_DURABLE_SAVERS, VERIFIED_UNSYNCED)
+SHORT_SYNC_SAVERS = (VERIFIED_FILES, SQLITE)
+"""The savers of the short chats run again with ``durability="sync"``."""
 
 SIZED = {VERIFIED_FILES: "verified", SQLITE: "sqlite.db"}
 """The stores whose bytes on disk are measured: the two driven by ``graph.invoke``."""
@@ -264,42 +277,61 @@ def tile_medians(raw: dict[str, Any], every: int) -> dict[str, Any]:
     }
 
 
-def run_short_chats(workdir: Path, chats: int, turns: int = SHORT_CHAT_TURNS) -> dict[str, Any]:
-    """``chats`` chats of ``turns`` turns, each on a new thread of the same four savers.
+def open_short_savers(workdir: Path, names: tuple[str, ...]) -> dict[str, Any]:
+    makers = {
+        VERIFIED_FILES: lambda: VerifiedSaver(workdir / "short-verified"),
+        SQLITE: lambda: SqliteSaver(
+            sqlite3.connect(workdir / "short-sqlite.db", check_same_thread=False)
+        ),
+        VERIFIED_MEMORY: VerifiedSaver.in_memory,
+        MEMORY: InMemorySaver,
+        VERIFIED_UNSYNCED: lambda: VerifiedSaver(workdir / "short-unsynced", fsync=False),
+    }
+    return {name: makers[name]() for name in names}
+
+
+def run_short_chats(
+    workdir: Path,
+    chats: int,
+    turns: int = SHORT_CHAT_TURNS,
+    names: tuple[str, ...] = SHORT_SAVERS,
+    durability: str | None = None,
+) -> dict[str, Any]:
+    """``chats`` chats of ``turns`` turns, each on a new thread of the savers ``names``.
 
     Turn ``i`` of a chat runs on every saver in one round, in an order rotated
     per round; figures are medians over every turn of every chat, ratios the
-    median of the per-turn ratios.
+    median of the per-turn ratios. ``durability``: LangGraph's, for every turn
+    (``None``: its default).
     """
-    savers: dict[str, Any] = {
-        VERIFIED_FILES: VerifiedSaver(workdir / "short-verified"),
-        SQLITE: SqliteSaver(sqlite3.connect(workdir / "short-sqlite.db", check_same_thread=False)),
-        VERIFIED_MEMORY: VerifiedSaver.in_memory(),
-        MEMORY: InMemorySaver(),
-    }
+    workdir.mkdir(parents=True, exist_ok=True)
+    savers = open_short_savers(workdir, names)
     timers = {name: SaverCallTimer(saver) for name, saver in savers.items()}
     graphs = {
         name: build_chat_graph(TextSource(seed=1)).compile(checkpointer=saver)
         for name, saver in savers.items()
     }
     inputs = human_turns(TextSource(seed=2), turns)
-    per_turn: dict[str, list[float]] = {name: [] for name in SHORT_SAVERS}
+    per_turn: dict[str, list[float]] = {name: [] for name in names}
     gc.collect()
     for chat in range(chats):
         config = {"configurable": {"thread_id": f"short-{chat}"}}
         for turn in range(turns):
-            for name in rotated(SHORT_SAVERS, chat * turns + turn):
+            for name in rotated(names, chat * turns + turn):
                 timers[name].take()
-                graphs[name].invoke(inputs[turn], config)
+                graphs[name].invoke(inputs[turn], config, durability=durability)
                 per_turn[name].append(timers[name].take()[0])
-    savers[SQLITE].conn.close()
+    if SQLITE in savers:
+        savers[SQLITE].conn.close()
     return {
         "chats": chats,
         "turns": turns,
-        **{name: {"saver_ms": 1000 * statistics.median(per_turn[name])} for name in SHORT_SAVERS},
+        "durability": durability or "async",
+        **{name: {"saver_ms": 1000 * statistics.median(per_turn[name])} for name in names},
         "ratios": {
             f"{name} / {base}": paired_ratio(per_turn[name], per_turn[base])
             for name, base in SHORT_COMPARISONS
+            if name in savers and base in savers
         },
     }
 
@@ -316,6 +348,9 @@ def chat_section(settings: Any, workdir: Path, progress: Any = None) -> dict[str
     seconds = time.perf_counter() - started
     # about as many short chats as the long chat has steps / 35 (28 in make bench)
     short = run_short_chats(workdir, max(3, steps // 35))
+    short_sync = run_short_chats(
+        workdir / "sync", max(3, steps // 35), names=SHORT_SYNC_SAVERS, durability="sync"
+    )
     return {
         "chat": {
             "steps": steps,
@@ -327,6 +362,7 @@ def chat_section(settings: Any, workdir: Path, progress: Any = None) -> dict[str
             **summarize(raw, lengths, half),
             "tiles": tile_medians(raw, settings.size_every),
             "short": short,
+            "short_sync": short_sync,
         },
         "disk": size_summary(raw, lengths, tuple(settings.growth)),
     }

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-from chat import SQLITE, VERIFIED_FILES, run_short_chats
+from chat import SHORT_DURABLE_SAVERS, SQLITE, VERIFIED_FILES, run_short_chats
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from measure import paired_ratio, rotated
@@ -158,7 +158,9 @@ def fuse_section(settings: Any, workdir: Path) -> dict[str, Any]:
         return {"fuse": {"not_measured": why}}
     try:
         figures = run_on(workdir / "mounted", settings.fuse_rounds, settings.fuse_chat_turns)
-        short = run_short_chats(workdir / "mounted" / "short", settings.fuse_short_chats)
+        short = run_short_chats(
+            workdir / "mounted" / "short", settings.fuse_short_chats, names=SHORT_DURABLE_SAVERS
+        )
     finally:
         unmount(workdir / "mounted")
     short_chats = {

@@ -15,6 +15,7 @@ from chat import (
     VERIFIED_FILES,
     VERIFIED_FILES_ASYNC,
     VERIFIED_MEMORY,
+    VERIFIED_UNSYNCED,
 )
 from fuse import FUSE_SQLITE, FUSE_VERIFIED
 from s3 import BASELINE_S3, METHODS, VERIFIED_S3
@@ -31,6 +32,7 @@ _SHORT = {
     VERIFIED_FILES: "files, invoke",
     VERIFIED_FILES_ASYNC: "files, ainvoke",
     VERIFIED_MEMORY: "in_memory(), invoke",
+    VERIFIED_UNSYNCED: "files with fsync=False (not durable), invoke",
 }
 
 
@@ -90,16 +92,20 @@ def chat_tables(results: dict[str, Any]) -> list[str]:
                     x(entry["ratios"][f"{name} / {base}"]["saver"]),
                 )
             )
-    short = chat.get("short")
-    if short is not None:
-        for name, base in ((VERIFIED_FILES, SQLITE), (VERIFIED_MEMORY, MEMORY)):
+    for key in ("short", "short_sync"):
+        short = chat.get(key)
+        if short is None:
+            continue
+        mode = "" if key == "short" else f', durability="{short["durability"]}"'
+        for ratio in short["ratios"]:
+            name, base = ratio.split(" / ")
             lines.append(
                 row(
                     f"overhead/turn, {short['chats']} chats of {short['turns']} turns "
-                    f"(a new thread each), {_SHORT[name]}",
+                    f"(a new thread each), {_SHORT[name]}{mode}",
                     ms(short[name]["saver_ms"]),
                     f"{base_name(base)} {ms(short[base]['saver_ms'])}",
-                    x(short["ratios"][f"{name} / {base}"]),
+                    x(short["ratios"][ratio]),
                 )
             )
     lines += [

@@ -35,6 +35,11 @@ def test_quick_benchmark_writes_tables_and_plots(tmp_path: Path) -> None:
         assert len(fuse["figures"]) == 3
         assert all(entry["ratio"] > 0 for entry in fuse["figures"].values())
     chat = results["chat"]
+    # short chats: as they are, with a saver that never syncs beside them, and with
+    # durability="sync"
+    assert chat["short"]["ratios"]["VerifiedSaver(path, fsync=False) / SqliteSaver"] > 0
+    assert chat["short_sync"]["durability"] == "sync"
+    assert chat["short_sync"]["ratios"]["VerifiedSaver(path) / SqliteSaver"] > 0
     assert set(chat["at_length"]) == {str(n) for n in results["settings"]["chat_lengths"]}
     assert chat["fsyncs"]["VerifiedSaver(path)"]["per_step_mean"] > 0
     assert results["disk"]["growth"]["SqliteSaver"] > 1

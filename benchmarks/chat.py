@@ -23,8 +23,8 @@ Most threads are short: ``run_short_chats`` then runs many chats of
 over all of them. Two more figures say where that time goes: the same chats
 with ``VerifiedSaver(path, fsync=False)`` beside them (what this saver costs with
 no ``fsync`` at all, against a SqliteSaver that syncs every commit), and again
-with ``durability="sync"`` (every call on the caller's thread, none running while
-the graph runs: what is left is each call's own cost).
+with ``durability="sync"`` (LangGraph waits for each step's checkpoint before the
+next step starts: the next step's nodes no longer run beside that ``put``).
 """
 
 from __future__ import annotations
@@ -278,6 +278,8 @@ def tile_medians(raw: dict[str, Any], every: int) -> dict[str, Any]:
 
 
 def open_short_savers(workdir: Path, names: tuple[str, ...]) -> dict[str, Any]:
+    """The savers ``names`` of the short chats, the file ones on stores of their own
+    under ``workdir``."""
     makers = {
         VERIFIED_FILES: lambda: VerifiedSaver(workdir / "short-verified"),
         SQLITE: lambda: SqliteSaver(

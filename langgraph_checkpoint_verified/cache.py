@@ -19,15 +19,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from types import TracebackType
 from typing import Any, TypeVar
 
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
-from langgraph_checkpoint_verified.engine.opening import open_records
+from langgraph_checkpoint_verified.engine.opening import ClosedOnExit, open_records
 from langgraph_checkpoint_verified.errors import RecordDamagedError, VerifiedSaverError
 from langgraph_checkpoint_verified.records import keys
 from langgraph_checkpoint_verified.records.format import (
@@ -48,7 +46,7 @@ _VERIFIED_BYTES = 4 * 1024 * 1024
 _CONTENT_VERSION = 1
 
 
-class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncContextManager):
+class VerifiedCache(BaseCache[ValueT], ClosedOnExit):
     """A LangGraph node cache whose entries are verified records.
 
     Pass it to ``graph.compile(cache=...)`` and give nodes a ``CachePolicy``: a
@@ -256,28 +254,6 @@ class VerifiedCache(BaseCache[ValueT], AbstractContextManager, AbstractAsyncCont
         ``VerifiedSaverError``."""
         self._closed = True
         self.storage.close_idle()
-
-    def __enter__(self) -> VerifiedCache[ValueT]:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> VerifiedCache[ValueT]:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"VerifiedCache({self.storage!r})"

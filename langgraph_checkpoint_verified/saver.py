@@ -18,9 +18,7 @@ import os
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime, timedelta
-from types import TracebackType
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -47,7 +45,7 @@ from langgraph_checkpoint_verified.engine import (
 from langgraph_checkpoint_verified.engine.configs import config as _config
 from langgraph_checkpoint_verified.engine.configs import config_parts as _config_parts
 from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
-from langgraph_checkpoint_verified.engine.opening import open_records
+from langgraph_checkpoint_verified.engine.opening import ClosedOnExit, open_records
 from langgraph_checkpoint_verified.engine.retention import (
     RetentionPolicy,
     SweepReport,
@@ -68,7 +66,7 @@ _ALLOWLIST_CLONES = 64
 _ASYNC_LIST_BATCH = 64
 
 
-class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAsyncContextManager):
+class VerifiedSaver(BaseCheckpointSaver[str], ClosedOnExit):
     """A LangGraph checkpointer that verifies everything it reads.
 
     Checkpoints, channel values and pending writes are stored as records
@@ -317,28 +315,6 @@ class VerifiedSaver(BaseCheckpointSaver[str], AbstractContextManager, AbstractAs
             clone.close()
         # a storage shared with another saver (or a running sweeper) opens them again
         self.engine.storage.close_idle()
-
-    def __enter__(self) -> VerifiedSaver:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> VerifiedSaver:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"VerifiedSaver({self.storage!r})"

@@ -1,17 +1,21 @@
-"""Opening a store of verified records: the one way the saver, the cache and the store do it.
+"""Opening a store of verified records, and closing it: the one way the saver, the cache
+and the store do both.
 
 Each face takes a path (a directory, or ``s3://bucket/prefix``) or a ``Storage``,
 a key, and what to do with damage; ``open_records`` checks them, opens the
 storage, makes the ``Codec`` and the ``DamageReporter``, and reads (or writes)
 the store marker, so that a wrong key is one clear ``StoreKeyError`` at once
-rather than every record quarantined as damage later.
+rather than every record quarantined as damage later. Each face is a
+``ClosedOnExit``: ``with`` and ``async with`` close it on the way out.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from types import TracebackType
+from typing import Any, TypeVar
 
 from langgraph_checkpoint_verified.engine.damage import Damage, DamageReporter
 from langgraph_checkpoint_verified.engine.marker import check_store_marker
@@ -71,3 +75,47 @@ def open_records(
         storage.on_healed = reporter.healed
     check_store_marker(storage, codec, reporter)
     return storage, codec, reporter
+
+
+_Face = TypeVar("_Face", bound="ClosedOnExit")
+
+
+class ClosedOnExit(AbstractContextManager, AbstractAsyncContextManager):  # type: ignore[type-arg]
+    """A face of a store used as a context manager, sync or async: ``close`` on the way out.
+
+    Example:
+        >>> class Face(ClosedOnExit):
+        ...     closed = False
+        ...     def close(self) -> None:
+        ...         self.closed = True
+        >>> with Face() as face:
+        ...     face.closed
+        False
+        >>> face.closed
+        True
+    """
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Face) -> _Face:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self: _Face) -> _Face:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

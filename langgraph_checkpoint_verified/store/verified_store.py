@@ -28,10 +28,8 @@ import logging
 import os
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -54,7 +52,7 @@ from langgraph.store.base import (
 )
 
 from langgraph_checkpoint_verified.engine.damage import Damage, RecoveryStats
-from langgraph_checkpoint_verified.engine.opening import open_records
+from langgraph_checkpoint_verified.engine.opening import ClosedOnExit, open_records
 from langgraph_checkpoint_verified.engine.sweeper import Sweeper
 from langgraph_checkpoint_verified.errors import (
     RecordDamagedError,
@@ -119,7 +117,7 @@ class StoredItem:
     vectors: dict[str, list[float]] = field(default_factory=dict)
 
 
-class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManager):
+class VerifiedStore(BaseStore, ClosedOnExit):
     """LangGraph's long-term memory store, kept as verified records.
 
     Pass it to ``graph.compile(store=...)``: nodes reach it through
@@ -522,28 +520,6 @@ class VerifiedStore(BaseStore, AbstractContextManager, AbstractAsyncContextManag
         self.stop_ttl_sweeper()
         self._closed = True
         self.storage.close_idle()
-
-    def __enter__(self) -> VerifiedStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> VerifiedStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"VerifiedStore({self.storage!r})"

@@ -14,6 +14,7 @@ import sys
 import threading
 import weakref
 from collections import Counter
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,11 @@ import pytest
 from echo_graph import build_graph
 
 from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified.storage import locks
 from langgraph_checkpoint_verified.storage.files import RecordFileStorage
+from langgraph_checkpoint_verified.storage.log import file_storage
 from langgraph_checkpoint_verified.storage.log.commits import CommitGroup
+from langgraph_checkpoint_verified.storage.log.file_storage import FileStorage
 
 TURNS = 10
 
@@ -572,3 +576,64 @@ def test_opening_a_store_looks_at_its_directory_once_and_reads_its_marker_in_one
         ("read", marker),
         ("close", marker),
     ]
+
+
+def open_logs(root: Path) -> set[str]:
+    """The threads whose log this process has open, by name."""
+    found = set()
+    for fd in open_descriptors():
+        with suppress(OSError):
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            if path.startswith(str(root)) and path.endswith("/log"):
+                found.add(Path(path).parent.name)
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_thread_opens_past_the_bound_of_open_logs_while_every_other_is_locked(
+    tmp_path, monkeypatch
+):
+    """Logs in use are not closed to make room, so a new one opens beyond the bound; the
+    bound holds again once they are let go, the least recently used closed first."""
+    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 2)
+    storage = FileStorage(tmp_path, fsync=False)
+    for thread in ("a", "b"):
+        storage.write(f"threads/{thread}/ns/x", b"1")
+    with storage.lock("threads/a", exclusive=True), storage.lock("threads/b", exclusive=True):
+        storage.write("threads/c/ns/x", b"2")
+        assert storage.read("threads/c/ns/x") == b"2"
+        assert open_logs(tmp_path) == {"a", "b", "c"}
+    storage.write("threads/d/ns/x", b"3")
+    assert open_logs(tmp_path) == {"c", "d"}
+    assert [storage.read(f"threads/{t}/ns/x") for t in "abcd"] == [b"1", b"1", b"2", b"3"]
+
+
+def test_a_directory_locks_past_the_bound_of_lock_files_while_every_other_is_held(
+    tmp_path, monkeypatch
+):
+    """The same for lock files: the one being opened is never the one closed to make
+    room, so taking it does not go round opening and closing it."""
+    monkeypatch.setattr(locks, "MAX_OPEN_LOCK_FILES", 2)
+    storage = RecordFileStorage(tmp_path / "store", fsync=False)
+    locked = threading.Event()
+
+    def lock_a_third() -> None:
+        with storage.lock("threads/c", exclusive=True):
+            locked.set()
+
+    with storage.lock("threads/a", exclusive=True), storage.lock("threads/b", exclusive=False):
+        third = threading.Thread(target=lock_a_third, daemon=True)
+        third.start()
+        assert locked.wait(timeout=60)
+        third.join()
+    with storage.lock("threads/d", exclusive=True):
+        probe = os.open(tmp_path / "store/threads/d/.lock", os.O_RDONLY)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        os.close(probe)
+    lock_files = {
+        os.readlink(f"/proc/self/fd/{fd}")
+        for fd in open_descriptors()
+        if is_lock_or_append(fd, tmp_path)
+    }
+    assert {Path(path).parent.name for path in lock_files} == {"c", "d"}

@@ -22,6 +22,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
+from langgraph_checkpoint_verified.storage.lru import close_least_recent
+
 if sys.platform != "win32":
     import fcntl
 
@@ -133,20 +135,22 @@ class DirectoryLocks:
             if existing is not None:  # another thread opened it meanwhile: use theirs
                 os.close(fd)
                 return existing
+            self._close_idle_beyond(MAX_OPEN_LOCK_FILES - 1)  # room first (``storage.lru``)
             self._files[lock_path] = entry
-            self._close_idle_beyond(MAX_OPEN_LOCK_FILES)
         return entry
 
     def _close_idle_beyond(self, limit: int) -> None:
         """Close least recently used idle lock files until at most ``limit`` are open
         (caller holds ``self._lock``)."""
-        for path in list(self._files):
-            if len(self._files) <= limit:
-                return
-            entry = self._files[path]
+
+        def close_if_idle(path: str, entry: _LockFile) -> bool:
             with entry.changed:
                 if entry.idle and not entry.closed:
                     self._close(path, entry)
+                    return True
+            return False
+
+        close_least_recent(self._files, limit, close_if_idle)
 
     def _discard(self, lock_path: str, entry: _LockFile) -> None:
         """Close a lock file found no longer at its path (already marked closed)."""

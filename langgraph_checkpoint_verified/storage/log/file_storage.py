@@ -88,6 +88,7 @@ from langgraph_checkpoint_verified.storage.log.thread_log import (
     ThreadLog,
     thread_dir_key,
 )
+from langgraph_checkpoint_verified.storage.lru import close_least_recent
 
 PARITY_NAME = LOG_NAME + PARITY_SUFFIX
 _OPEN_LOGS = 256
@@ -177,10 +178,11 @@ class FileStorage:
         with self._lock:
             log = self._logs.get(thread_key)
             if log is None:
+                self._close_idle_beyond(_OPEN_LOGS - 1)  # room first (``storage.lru``)
                 log = ThreadLog(self.files.location(thread_key), thread_key)
                 self._logs[thread_key] = log
-                self._close_idle_beyond(_OPEN_LOGS)
-            self._logs.move_to_end(thread_key)
+            else:
+                self._logs.move_to_end(thread_key)
             return log
 
     def close_idle(self) -> None:
@@ -194,21 +196,23 @@ class FileStorage:
         """Close least recently used logs no thread appends to or holds locked, until at
         most ``limit`` are open (caller holds ``self._lock``); with ``settle``, each after
         ``protect_unsynced``."""
-        for thread_key, old in list(self._logs.items()):
-            if len(self._logs) <= limit:
-                return
+
+        def close_if_idle(thread_key: str, old: ThreadLog) -> bool:
             if not old.writing.acquire(blocking=False):
-                continue
+                return False
             try:
                 if old.held or old.commits.open:
-                    continue  # this very thread holds it locked, or a block passed it on
+                    return False  # this very thread holds it locked, or a block passed it on
                 del self._logs[thread_key]
                 if settle:
                     self.appender.protect_unsynced(old)
                 with old.lock:
                     old.close()
+                return True
             finally:
                 old.writing.release()
+
+        close_least_recent(self._logs, limit, close_if_idle)
 
     # -- Storage ----------------------------------------------------------------
 

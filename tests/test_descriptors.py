@@ -637,3 +637,71 @@ def test_a_directory_locks_past_the_bound_of_lock_files_while_every_other_is_hel
         if is_lock_or_append(fd, tmp_path)
     }
     assert {Path(path).parent.name for path in lock_files} == {"c", "d"}
+
+
+class WatchedLock:
+    """An ``RLock`` that sets ``contended`` when a thread has to wait for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.contended = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        if not blocking:
+            return False
+        self.contended.set()
+        return self._lock.acquire(timeout=timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_a_call_holding_a_log_closed_to_keep_the_bound_shares_it_with_the_next_call(
+    tmp_path, monkeypatch
+):
+    """A call that took a thread's log just before another call closed it to keep the
+    bound goes on with it, and the next call on that thread gets the same log: two would
+    take the thread's ``flock`` through two descriptors, each behind its own locks, and
+    could wait for each other for ever (one in ``flock``, holding its log's lock; the
+    other, holding the ``flock``, waiting for that lock)."""
+    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 1)
+    storage = FileStorage(tmp_path, fsync=False)
+    storage.write("threads/a/ns/x", b"1")
+    in_flight = storage._log("threads/a")  # a call about to lock it
+    storage.write("threads/b/ns/x", b"2")  # closes it to keep the bound
+    assert open_logs(tmp_path) == {"b"}
+    in_flight.writing = WatchedLock()  # says when another thread waits for it
+    held, release, written = (threading.Event() for _ in range(3))
+    seen: list[bytes | None] = []
+
+    def holder() -> None:
+        with storage.appender.holding(in_flight, exclusive=True):
+            held.set()
+            release.wait()
+            seen.append(storage.read("threads/a/ns/x"))  # looks the log up again
+
+    def writer() -> None:
+        storage.write("threads/a/ns/y", b"3")
+        written.set()
+
+    threads = [threading.Thread(target=holder, daemon=True)]
+    threads[0].start()
+    assert held.wait(timeout=60)
+    threads.append(threading.Thread(target=writer, daemon=True))
+    threads[1].start()
+    assert in_flight.writing.contended.wait(timeout=60), "the writer waits for the same log"
+    release.set()
+    assert written.wait(timeout=60)
+    for thread in threads:
+        thread.join()
+    assert seen == [b"1"]
+    assert storage._log("threads/a") is in_flight
+    assert FileStorage(tmp_path).read("threads/a/ns/y") == b"3"

@@ -135,17 +135,21 @@ class FileStorage:
         self.rewriter = LogRewriter(self.files, self.reader, self.appender, fsync=fsync)
         """Compacts and scrubs the logs."""
         self._logs: OrderedDict[str, ThreadLog] = OrderedDict()
+        self._live: weakref.WeakValueDictionary[str, ThreadLog] = weakref.WeakValueDictionary()
+        """Every log handed out and still used somewhere, open or closed to keep the bound:
+        a thread never gets a second object for a log another thread still holds (two
+        would take the same ``flock`` through two descriptors, each behind its own locks)."""
         self._lock = threading.Lock()
         _OPEN_STORES.add(self)
         # gone with the store: its logs' descriptors are not left open for the process's life
-        weakref.finalize(self, _close_logs, self._logs)
+        weakref.finalize(self, _close_logs, self._logs, self._live)
 
     def forget_append_descriptors(self) -> None:
         """In a forked child: close the descriptors kept open for appending (the child must
         not share its parent's: a ``flock`` belongs to the open file, which fork shares),
         and let go of the locks the parent's other threads held."""
         self._lock = threading.Lock()
-        for log in list(self._logs.values()):
+        for log in {id(log): log for log in [*self._logs.values(), *self._live.values()]}.values():
             log.forget_locks_in_child()
 
     @property
@@ -179,7 +183,10 @@ class FileStorage:
             log = self._logs.get(thread_key)
             if log is None:
                 self._close_idle_beyond(_OPEN_LOGS - 1)  # room first (``storage.lru``)
-                log = ThreadLog(self.files.location(thread_key), thread_key)
+                log = self._live.get(thread_key)
+                if log is None:
+                    log = ThreadLog(self.files.location(thread_key), thread_key)
+                    self._live[thread_key] = log
                 self._logs[thread_key] = log
             else:
                 self._logs.move_to_end(thread_key)
@@ -207,7 +214,7 @@ class FileStorage:
                 if settle:
                     self.appender.protect_unsynced(old)
                 with old.lock:
-                    old.close()
+                    old.close_as_unread()  # whoever still holds it reads it again
                 return True
             finally:
                 old.writing.release()
@@ -401,7 +408,7 @@ class FileStorage:
                 with self._lock:
                     if self._logs.get(thread_key) is log:
                         del self._logs[thread_key]
-                log.close()
+                log.close_as_unread()
             return
         log = self._log(thread_key)
         with log.lock:
@@ -676,8 +683,10 @@ def _refusal_as_os_error() -> Iterator[None]:
         raise
 
 
-def _close_logs(logs: OrderedDict[str, ThreadLog]) -> None:
-    for log in list(logs.values()):
+def _close_logs(
+    logs: OrderedDict[str, ThreadLog], live: weakref.WeakValueDictionary[str, ThreadLog]
+) -> None:
+    for log in [*logs.values(), *live.values()]:
         with suppress(OSError):
             log.close()
     logs.clear()

@@ -161,6 +161,13 @@ class ThreadLog:
         self.close_read()
         self.close_append()
 
+    def close_as_unread(self) -> None:
+        """``close``, and forget what was read: the next use reads the log from scratch,
+        as a new ``ThreadLog`` would. The locks stay: a thread that still holds this
+        object shares them with the next caller (``FileStorage`` hands out no other)."""
+        self.close()
+        self.built = False
+
     def close_read(self, next_ino: int | None = None) -> None:
         """Forget the file read so far (it was replaced): its descriptor, its parity's
         (kept if it is already the sidecar of ``next_ino``, the file read next: a log

@@ -136,9 +136,10 @@ class FileStorage:
         """Compacts and scrubs the logs."""
         self._logs: OrderedDict[str, ThreadLog] = OrderedDict()
         self._live: weakref.WeakValueDictionary[str, ThreadLog] = weakref.WeakValueDictionary()
-        """Every log handed out and still used somewhere, open or closed to keep the bound:
-        a thread never gets a second object for a log another thread still holds (two
-        would take the same ``flock`` through two descriptors, each behind its own locks)."""
+        """Every log handed out and still used somewhere, open or closed to keep the bound
+        (those in ``_logs`` among them): a thread never gets a second object for a log
+        another thread still holds (two would take the same ``flock`` through two
+        descriptors, each behind its own locks)."""
         self._lock = threading.Lock()
         _OPEN_STORES.add(self)
         # gone with the store: its logs' descriptors are not left open for the process's life
@@ -149,7 +150,7 @@ class FileStorage:
         not share its parent's: a ``flock`` belongs to the open file, which fork shares),
         and let go of the locks the parent's other threads held."""
         self._lock = threading.Lock()
-        for log in {id(log): log for log in [*self._logs.values(), *self._live.values()]}.values():
+        for log in list(self._live.values()):
             log.forget_locks_in_child()
 
     @property
@@ -686,7 +687,7 @@ def _refusal_as_os_error() -> Iterator[None]:
 def _close_logs(
     logs: OrderedDict[str, ThreadLog], live: weakref.WeakValueDictionary[str, ThreadLog]
 ) -> None:
-    for log in [*logs.values(), *live.values()]:
+    for log in list(live.values()):  # the open ones, ``logs``, among them
         with suppress(OSError):
             log.close()
     logs.clear()

@@ -705,3 +705,58 @@ def test_a_call_holding_a_log_closed_to_keep_the_bound_shares_it_with_the_next_c
     assert seen == [b"1"]
     assert storage._log("threads/a") is in_flight
     assert FileStorage(tmp_path).read("threads/a/ns/y") == b"3"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_log_closed_to_keep_the_bound_and_opened_again_by_its_holder_closes_when_let_go(
+    tmp_path, monkeypatch
+):
+    """A call that took a thread's log just before the bound closed it opens it again to
+    read. That log is in no table of open logs then: its descriptors close when the
+    last call holding it lets go of it, not when the process ends."""
+    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 1)
+    storage = FileStorage(tmp_path, fsync=False)
+    storage.write("threads/a/ns/x", b"1")
+    in_flight = storage._log("threads/a")  # a call about to read it
+    storage.write("threads/b/ns/x", b"2")  # closes it to keep the bound
+    assert open_logs(tmp_path) == {"b"}
+    with in_flight.lock:
+        storage.reader.refresh(in_flight)  # the call goes on: the log is read again
+        assert in_flight.index.get("threads/a/ns/x") is not None
+    assert open_logs(tmp_path) == {"a", "b"}
+    del in_flight
+    gc.collect()
+    assert open_logs(tmp_path) == {"b"}
+    assert storage.read("threads/a/ns/x") == b"1"
+    assert open_logs(tmp_path) == {"a"}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fdinfo"), reason="needs /proc")
+def test_a_forked_child_shares_no_lock_of_a_log_closed_to_keep_the_bound(tmp_path, monkeypatch):
+    """A log the bound closed while a call held it, and that call then locked (so it is
+    in no table of open logs): a forked child does not inherit its ``flock`` either."""
+    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 1)
+    storage = FileStorage(tmp_path, fsync=False)
+    storage.write("threads/a/ns/x", b"1")
+    in_flight = storage._log("threads/a")  # a call about to lock it
+    storage.write("threads/b/ns/x", b"2")  # closes it to keep the bound
+    with storage.appender.holding(in_flight, exclusive=True):
+        locked = [
+            fd
+            for fd in open_descriptors()
+            if is_lock_or_append(fd, tmp_path)
+            and os.readlink(f"/proc/self/fd/{fd}").endswith("/a/log")
+        ]
+        assert locked, "the call holds the thread's lock through a log it opened again"
+        pid = os.fork()
+        if pid == 0:  # the child: that descriptor is not open here
+            code = 0
+            for fd in locked:
+                try:
+                    os.fstat(fd)
+                    code = 1
+                except OSError:
+                    pass
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -266,9 +266,11 @@ class LogReader:
 
     @staticmethod
     def _scratch(log: ThreadLog) -> ThreadLog:
-        """A new reading of ``log``'s file, from its start, beside the one kept."""
+        """A new reading of ``log``'s file, from its start, beside the one kept (through a
+        descriptor of its own, closed with it: a ``ThreadLog`` closes what it holds)."""
+        assert log.fd is not None
         scratch = ThreadLog(log.directory, log.thread_key)
-        scratch.fd, scratch.ino, scratch.built = log.fd, log.ino, True
+        scratch.fd, scratch.ino, scratch.built = os.dup(log.fd), log.ino, True
         return scratch
 
     def _record_files(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -160,6 +161,16 @@ class ThreadLog:
     def close(self) -> None:
         self.close_read()
         self.close_append()
+
+    def __del__(self) -> None:
+        # Let go of by every call: its descriptors go with it. ``FileStorage`` closes the
+        # logs of its table itself; this closes one that a call held while the bound
+        # closed it, and opened again to go on (it is in no table then).
+        with suppress(Exception):
+            if self.held_read_only is not None:
+                os.close(self.held_read_only[0])
+                self.held_read_only = None
+            self.close()
 
     def close_as_unread(self) -> None:
         """``close``, and forget what was read: the next use reads the log from scratch,

@@ -27,6 +27,7 @@ from langgraph_checkpoint_verified.storage.files import RecordFileStorage
 from langgraph_checkpoint_verified.storage.log import file_storage
 from langgraph_checkpoint_verified.storage.log.commits import CommitGroup
 from langgraph_checkpoint_verified.storage.log.file_storage import FileStorage
+from langgraph_checkpoint_verified.storage.log.thread_log import ThreadLog
 
 TURNS = 10
 
@@ -664,6 +665,18 @@ class WatchedLock:
         self.release()
 
 
+def held_past_the_bound(tmp_path: Path, monkeypatch: Any) -> tuple[FileStorage, ThreadLog]:
+    """A store keeping one log open, and thread ``a``'s log as a call holds it that took
+    it just before a write to thread ``b`` closed it to keep the bound."""
+    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 1)
+    storage = FileStorage(tmp_path, fsync=False)
+    storage.write("threads/a/ns/x", b"1")
+    in_flight = storage._log("threads/a")  # a call about to read or lock it
+    storage.write("threads/b/ns/x", b"2")  # closes it to keep the bound
+    assert open_logs(tmp_path) == {"b"}
+    return storage, in_flight
+
+
 def test_a_call_holding_a_log_closed_to_keep_the_bound_shares_it_with_the_next_call(
     tmp_path, monkeypatch
 ):
@@ -672,12 +685,7 @@ def test_a_call_holding_a_log_closed_to_keep_the_bound_shares_it_with_the_next_c
     take the thread's ``flock`` through two descriptors, each behind its own locks, and
     could wait for each other for ever (one in ``flock``, holding its log's lock; the
     other, holding the ``flock``, waiting for that lock)."""
-    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 1)
-    storage = FileStorage(tmp_path, fsync=False)
-    storage.write("threads/a/ns/x", b"1")
-    in_flight = storage._log("threads/a")  # a call about to lock it
-    storage.write("threads/b/ns/x", b"2")  # closes it to keep the bound
-    assert open_logs(tmp_path) == {"b"}
+    storage, in_flight = held_past_the_bound(tmp_path, monkeypatch)
     in_flight.writing = WatchedLock()  # says when another thread waits for it
     held, release, written = (threading.Event() for _ in range(3))
     seen: list[bytes | None] = []
@@ -714,12 +722,7 @@ def test_a_log_closed_to_keep_the_bound_and_opened_again_by_its_holder_closes_wh
     """A call that took a thread's log just before the bound closed it opens it again to
     read. That log is in no table of open logs then: its descriptors close when the
     last call holding it lets go of it, not when the process ends."""
-    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 1)
-    storage = FileStorage(tmp_path, fsync=False)
-    storage.write("threads/a/ns/x", b"1")
-    in_flight = storage._log("threads/a")  # a call about to read it
-    storage.write("threads/b/ns/x", b"2")  # closes it to keep the bound
-    assert open_logs(tmp_path) == {"b"}
+    storage, in_flight = held_past_the_bound(tmp_path, monkeypatch)
     with in_flight.lock:
         storage.reader.refresh(in_flight)  # the call goes on: the log is read again
         assert in_flight.index.get("threads/a/ns/x") is not None
@@ -735,11 +738,7 @@ def test_a_log_closed_to_keep_the_bound_and_opened_again_by_its_holder_closes_wh
 def test_a_forked_child_shares_no_lock_of_a_log_closed_to_keep_the_bound(tmp_path, monkeypatch):
     """A log the bound closed while a call held it, and that call then locked (so it is
     in no table of open logs): a forked child does not inherit its ``flock`` either."""
-    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 1)
-    storage = FileStorage(tmp_path, fsync=False)
-    storage.write("threads/a/ns/x", b"1")
-    in_flight = storage._log("threads/a")  # a call about to lock it
-    storage.write("threads/b/ns/x", b"2")  # closes it to keep the bound
+    storage, in_flight = held_past_the_bound(tmp_path, monkeypatch)
     with storage.appender.holding(in_flight, exclusive=True):
         locked = [
             fd

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from langgraph_checkpoint_verified.storage.files import UnsyncedDirectories
 from langgraph_checkpoint_verified.storage.log.commits import CommitGroup
@@ -141,6 +142,8 @@ class ThreadLog:
         """Whether the last entry read is the log's retirement (a compaction or a deletion
         moves it from its path next): until the path names another file, every look at
         the log looks at its path too."""
+        # let go of by every call, it closes what it holds (see ``_close_descriptors``)
+        weakref.finalize(self, _close_descriptors, self.__dict__).atexit = False
 
     def holds_damage(self) -> bool:
         """Whether the log holds damage that keeps it from a hint, as read so far: bytes
@@ -161,16 +164,6 @@ class ThreadLog:
     def close(self) -> None:
         self.close_read()
         self.close_append()
-
-    def __del__(self) -> None:
-        # Let go of by every call: its descriptors go with it. ``FileStorage`` closes the
-        # logs of its table itself; this closes one that a call held while the bound
-        # closed it, and opened again to go on (it is in no table then).
-        with suppress(Exception):
-            if self.held_read_only is not None:
-                os.close(self.held_read_only[0])
-                self.held_read_only = None
-            self.close()
 
     def close_as_unread(self) -> None:
         """``close``, and forget what was read: the next use reads the log from scratch,
@@ -210,6 +203,29 @@ class ThreadLog:
         self.append_fd = None
         self.append_ino = None
         self.held_append = False
+
+
+def _close_descriptors(state: dict[str, Any]) -> None:
+    """Close the descriptors a collected ``ThreadLog`` held; ``state`` is its ``__dict__``,
+    where its methods keep them.
+
+    ``FileStorage`` closes the logs of its table of open logs itself. This closes one
+    that a call held while the bound closed it, and that the call opened again to go
+    on (it is in no table then), once the last call lets go of it. A finalizer, not
+    ``__del__``: it runs once no weak reference returns the log any more, and
+    ``FileStorage`` hands out the logs still used through one, so no call can get
+    the log back while its descriptors close.
+    """
+    held, state["held_read_only"] = state.get("held_read_only"), None
+    descriptors = [state.get("fd"), state.get("append_fd"), held[0] if held else None]
+    state["fd"] = state["append_fd"] = None
+    for fd in descriptors:
+        if fd is not None:
+            with suppress(OSError):
+                os.close(fd)
+    parity = state.get("parity")
+    if parity is not None:
+        parity.close()
 
 
 def apply_entry(log: ThreadLog, kind: int, key: str, where: tuple[int, int]) -> None:

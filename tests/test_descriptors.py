@@ -759,3 +759,43 @@ def test_a_forked_child_shares_no_lock_of_a_log_closed_to_keep_the_bound(tmp_pat
             os._exit(code)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_lock_waited_for_by_one_thread_does_not_stop_another_from_opening_one(
+    tmp_path, monkeypatch
+):
+    """The lock file a thread waits on (another process holds it) is in use: closing lock
+    files to keep the bound passes over it instead of waiting for that thread, so a
+    lock on another directory is taken meanwhile."""
+    monkeypatch.setattr(locks, "MAX_OPEN_LOCK_FILES", 1)
+    storage = RecordFileStorage(tmp_path / "store", fsync=False)
+    with storage.lock("threads/x", exclusive=True):
+        pass  # its lock file exists, and is the one open
+    other_process = os.open(tmp_path / "store/threads/x/.lock", os.O_RDONLY)
+    fcntl.flock(other_process, fcntl.LOCK_EX)  # another open file: as another process's
+    waiting, locked_x, locked_y = (threading.Event() for _ in range(3))
+    real_flock = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_EX and fd != other_process:
+            waiting.set()
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(locks.fcntl, "flock", flock)
+
+    def lock(thread: str, done: threading.Event) -> None:
+        with storage.lock(f"threads/{thread}", exclusive=True):
+            done.set()
+
+    first = threading.Thread(target=lock, args=("x", locked_x), daemon=True)
+    first.start()
+    assert waiting.wait(timeout=60)
+    second = threading.Thread(target=lock, args=("y", locked_y), daemon=True)
+    second.start()
+    assert locked_y.wait(timeout=60), "a lock on another directory waits for the first"
+    assert not locked_x.is_set()
+    real_flock(other_process, fcntl.LOCK_UN)
+    os.close(other_process)
+    assert locked_x.wait(timeout=60)
+    first.join()
+    second.join()

@@ -144,11 +144,17 @@ class DirectoryLocks:
         (caller holds ``self._lock``)."""
 
         def close_if_idle(path: str, entry: _LockFile) -> bool:
-            with entry.changed:
+            # a thread that holds ``changed`` is taking the lock (in ``flock``, maybe
+            # waiting for another process): in use, passed over rather than waited for
+            if not entry.changed.acquire(blocking=False):
+                return False
+            try:
                 if entry.idle and not entry.closed:
                     self._close(path, entry)
                     return True
-            return False
+                return False
+            finally:
+                entry.changed.release()
 
         close_least_recent(self._files, limit, close_if_idle)
 

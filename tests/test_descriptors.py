@@ -799,3 +799,38 @@ def test_a_lock_waited_for_by_one_thread_does_not_stop_another_from_opening_one(
     assert locked_x.wait(timeout=60)
     first.join()
     second.join()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_log_being_read_is_passed_over_not_waited_for_to_keep_the_bound(tmp_path, monkeypatch):
+    """A thread reading a log (a long log opened for the first time) holds what this
+    process knows of it; closing logs to keep the bound passes over that log instead of
+    waiting for the read, so other threads' logs open meanwhile."""
+    monkeypatch.setattr(file_storage, "_OPEN_LOGS", 1)
+    storage = FileStorage(tmp_path, fsync=False)
+    storage.write("threads/a/ns/x", b"1")
+    reading, read_done, written = (threading.Event() for _ in range(3))
+
+    def reader() -> None:
+        log = storage._log("threads/a")
+        with log.lock:  # as ``LogReader.refresh`` holds it while it reads
+            reading.set()
+            read_done.wait()
+
+    def writer() -> None:
+        storage.write("threads/b/ns/x", b"2")
+        written.set()
+
+    threads = [threading.Thread(target=reader, daemon=True)]
+    threads[0].start()
+    assert reading.wait(timeout=60)
+    threads.append(threading.Thread(target=writer, daemon=True))
+    threads[1].start()
+    assert written.wait(timeout=60), "opening a log waits for the read of another"
+    assert open_logs(tmp_path) == {"a", "b"}
+    read_done.set()
+    for thread in threads:
+        thread.join()
+    storage.write("threads/c/ns/x", b"3")
+    assert open_logs(tmp_path) == {"c"}
+    assert [storage.read(f"threads/{t}/ns/x") for t in "abc"] == [b"1", b"2", b"3"]

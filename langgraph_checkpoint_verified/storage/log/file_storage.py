@@ -206,16 +206,22 @@ class FileStorage:
         ``protect_unsynced``."""
 
         def close_if_idle(thread_key: str, old: ThreadLog) -> bool:
+            # in use, and passed over rather than waited for: a log another thread appends
+            # to, holds locked (perhaps waiting for another process) or reads
             if not old.writing.acquire(blocking=False):
                 return False
             try:
                 if old.held or old.commits.open:
                     return False  # this very thread holds it locked, or a block passed it on
-                del self._logs[thread_key]
-                if settle:
-                    self.appender.protect_unsynced(old)
-                with old.lock:
+                if not old.lock.acquire(blocking=False):
+                    return False
+                try:
+                    del self._logs[thread_key]
+                    if settle:
+                        self.appender.protect_unsynced(old)
                     old.close_as_unread()  # whoever still holds it reads it again
+                finally:
+                    old.lock.release()
                 return True
             finally:
                 old.writing.release()

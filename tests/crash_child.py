@@ -8,9 +8,11 @@ returns appends ``put <count> <pid>`` (the checkpoint holding the result of
 step ``<count>`` is acknowledged), each line fsynced before going on and then
 written to the pipe REPORT_FD too, so the parent waits for these lines as they
 happen instead of looking for them. A new process resumes the thread from its
-newest checkpoint. Once the thread is finished the child appends ``end`` and
-reads its stdin to the end before appending ``done`` and exiting: the parent
-closes a child's stdin to let it go, or kills it, so the kill never comes too late.
+newest checkpoint. After each line it waits for a byte on its stdin: the parent
+sends them a few lines ahead of the lines it has read. Once the thread is finished
+the child appends ``end`` and reads its stdin to the end before appending ``done``
+and exiting: the parent closes a child's stdin to let it go, or kills it, so the
+kill never comes too late.
 """
 
 from __future__ import annotations
@@ -47,6 +49,20 @@ def append_line(log: str, line: str) -> None:
         os.close(fd)
     # only once the line is durable: a line the parent has heard of is in the log
     os.write(REPORT_FD, data)
+    if not line.startswith(("end", "done")):
+        wait_to_go_on()
+
+
+_LET_GO = False
+
+
+def wait_to_go_on() -> None:
+    """Wait for the parent's leave to go past the line just reported: one byte on stdin
+    per line, sent a few lines ahead, so a child stays close to where the parent
+    stands however slowly the parent runs; a closed stdin lets it go for good."""
+    global _LET_GO
+    if not _LET_GO and not os.read(0, 1):
+        _LET_GO = True
 
 
 class LoggingSaver(VerifiedSaver):

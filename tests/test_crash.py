@@ -18,8 +18,11 @@ seed; where exactly the child is when the signal lands (inside a node, a
 
 Every wait ends on an event, never on a clock: each child writes every log
 line, once it is durable, to a pipe of its own as well, and the parent blocks
-on those pipes until one has a line or reaches its end (the child exited). So a
-slow machine makes the test slower, never wrong.
+on those pipes until one has a line or reaches its end (the child exited). A
+child goes past a line only with the parent's leave, a byte on its stdin, sent
+``AHEAD`` lines ahead of the lines read: however slowly the parent runs, a
+child is killed within a few lines of its kill point, never after it ran to the
+thread's end. So a slow machine makes the test slower, never wrong.
 
 What must hold, per lane:
 
@@ -44,6 +47,7 @@ import selectors
 import signal
 import subprocess
 import sys
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +59,9 @@ STEPS = 12  # as in crash_child.py
 LANES = 3
 SEED = 20240607
 KILLS_PER_LANE = 7
+AHEAD = 2
+"""Lines a child may report beyond the last one the parent has read: a busy machine that
+slows the parent down cannot let a child run past its kill point to the thread's end."""
 
 
 @dataclass
@@ -108,10 +115,17 @@ class Lane:
         self.reported, self.last_report, self.pending = 0, b"", b""
         if self.kill_after:
             self.target = self.kill_after.pop(0)
+            self.let_go_on(AHEAD)
         else:
             self.target = None
             self.process.stdin.close()  # let it go: no kill is planned for this one
         selector.register(read_end, selectors.EVENT_READ, self)
+
+    def let_go_on(self, lines: int) -> None:
+        """Let the child report ``lines`` more lines (``crash_child.wait_to_go_on``)."""
+        with suppress(BrokenPipeError):  # it exited: its pipe's end says so next
+            self.process.stdin.write(b"." * lines)
+            self.process.stdin.flush()
 
     def stop_listening(self, selector: selectors.BaseSelector) -> None:
         selector.unregister(self.reports)
@@ -136,6 +150,8 @@ class Lane:
                 self.stop_listening(selector)
                 self.kills += 1
                 self.start(selector)
+            elif self.target is not None:
+                self.let_go_on(len(complete))
             return
         # the pipe ended: the child exited (nothing here kills a child but the code above)
         self.stop_listening(selector)

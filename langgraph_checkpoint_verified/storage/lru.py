@@ -3,9 +3,10 @@
 A store keeps a thread's log (``FileStorage``) and a directory's lock file
 (``DirectoryLocks``) open between calls, in an ``OrderedDict`` whose first entries
 are the ones used least recently. Past a bound, the oldest idle ones are closed;
-one in use (a block holds its lock, an append is under way) is passed over and
-stays open, so the bound can be exceeded while more than that many are in use
-at once, and never stops a call.
+one in use (a block holds its lock, an append or a read is under way, a thread
+waits to lock it) is passed over and stays open, not waited for, so the bound
+can be exceeded while more than that many are in use at once, and never stops a
+call.
 
 Room is made *before* a new entry goes in: the entry being opened is then never
 the one closed, however many of the others are in use.

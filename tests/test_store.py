@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
+import greenlet
 import pytest
 import time_machine
 from hypothesis import example, given, settings
@@ -190,6 +191,45 @@ def test_the_async_twins_match_the_sync_calls(open_store):
     assert [(i.key, i.value) for i in found] == [("k", {"text": "hello", "n": 3})]
     assert names == [ns]
     assert open_store().get(ns, "gone") is None
+
+
+class WatchedLock:
+    """The store's lock, noting the most callers (cores or threads) inside it at once."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock, self.inside, self.most = lock, [], 0
+
+    def __enter__(self) -> None:
+        self.lock.__enter__()
+        self.inside.append(greenlet.getcurrent())  # a thread's own, or a core's
+        self.most = max(self.most, len(set(map(id, self.inside))))
+
+    def __exit__(self, *exc: object) -> None:
+        self.inside.remove(greenlet.getcurrent())
+        self.lock.__exit__(*exc)
+
+
+def test_async_batches_at_once_hold_the_store_s_lock_one_at_a_time(open_store):
+    """Each batch sees one state: concurrent ``abatch`` calls take the store's lock in
+    turn. On S3 they run as cores on one thread, where a thread's re-entrant lock would
+    let a second one in while the first awaits a request inside it."""
+    writer = open_store()
+    for n in range(8):
+        writer.put((f"label{n}",), "k", {"n": n})
+    store = open_store()  # nothing read yet: each batch reads its label inside the lock
+    watched = store.logs.lock = WatchedLock(store.logs.lock)
+
+    async def run() -> list[Any]:
+        gets = [store.aget((f"label{n}",), "k") for n in range(8)]
+        puts = [store.aput((f"label{n}",), "j", {"n": n}) for n in range(8)]
+        return await asyncio.gather(*gets, *puts)
+
+    results = asyncio.run(run())
+    assert [item.value for item in results[:8]] == [{"n": n} for n in range(8)]
+    assert watched.most == 1
+    assert [open_store().get((f"label{n}",), "j").value for n in range(8)] == [
+        {"n": n} for n in range(8)
+    ]
 
 
 def test_namespaces_are_validated_even_when_batch_is_called_directly():

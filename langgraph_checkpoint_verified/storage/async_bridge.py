@@ -165,23 +165,71 @@ class SharedExclusiveLock:
             self._shared += 1
         return True
 
-    @contextmanager
-    def hold(self, *, exclusive: bool) -> Iterator[None]:
+    def _let_go(self, exclusive: bool) -> bool:
+        """Give back one hold; whether the waiters may try again."""
+        if exclusive:
+            self._exclusive = False
+        else:
+            self._shared -= 1
+        return True
+
+    def acquire(self, *, exclusive: bool) -> None:
         while True:
             with self._mutex:
                 if self._grant(exclusive):
-                    break
+                    return
                 wakeup = _Wakeup()
                 self._waiters.append(wakeup)
             wakeup.wait()
+
+    def release(self, *, exclusive: bool) -> None:
+        with self._mutex:
+            if not self._let_go(exclusive):
+                return
+            waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.set()
+
+    @contextmanager
+    def hold(self, *, exclusive: bool) -> Iterator[None]:
+        self.acquire(exclusive=exclusive)
         try:
             yield
         finally:
-            with self._mutex:
-                if exclusive:
-                    self._exclusive = False
-                else:
-                    self._shared -= 1
-                waiters, self._waiters = self._waiters, []
-            for waiter in waiters:
-                waiter.set()
+            self.release(exclusive=exclusive)
+
+
+class ReentrantCoreLock(SharedExclusiveLock):
+    """One holder at a time, which may take it again inside its hold: ``threading.RLock``,
+    with the core (greenlet) that took it as its holder, or the thread outside cores.
+
+    An ``RLock`` belongs to a thread, and every core of the store's loop runs on that
+    loop's one thread: a second core would take it while the first, holding it, awaits
+    a request. Here the second core gives the loop back until the first lets go.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._holder: object | None = None
+        self._depth = 0
+
+    def _grant(self, exclusive: bool) -> bool:
+        me = greenlet.getcurrent() if greenlet is not None else threading.current_thread()
+        if self._holder is not None and self._holder is not me:
+            return False
+        self._holder, self._depth = me, self._depth + 1
+        return True
+
+    def _let_go(self, exclusive: bool) -> bool:
+        self._depth -= 1
+        if self._depth:
+            return False
+        self._holder = None
+        return True
+
+    def __enter__(self) -> ReentrantCoreLock:
+        self.acquire(exclusive=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release(exclusive=True)

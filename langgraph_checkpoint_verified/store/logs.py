@@ -27,6 +27,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -189,14 +190,20 @@ class MemoryLogs:
 
     Callers hold ``lock`` around a whole operation (reads of one ``batch`` see
     one state); writing and compacting also take the label's storage lock, so
-    that processes sharing the store write in turn.
+    that processes sharing the store write in turn. On a store whose requests are
+    awaited (S3), the async calls run as cores on one thread: ``lock`` is then held
+    by a core, not by that thread (``ReentrantCoreLock``).
     """
 
     def __init__(self, storage: Storage, codec: Codec, reporter: DamageReporter) -> None:
         self.storage = storage
         self.codec = codec
         self.reporter = reporter
-        self.lock = threading.RLock()
+        self.lock: AbstractContextManager[Any] = threading.RLock()
+        if getattr(storage, "awaits_io", False):
+            from langgraph_checkpoint_verified.storage.async_bridge import ReentrantCoreLock
+
+            self.lock = ReentrantCoreLock()
         self._labels: OrderedDict[str, LabelItems] = OrderedDict()
         self.older: dict[str, list[ItemVersion]] = {}
         """Items of the older layout read in place (``store.legacy``), by first label:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import operator
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,12 +65,14 @@ class State(TypedDict):
 class Workflow:
     """A graph that loops ``STEPS`` times, then fans out to two nodes and joins.
 
-    ``right`` fails while ``fail_right`` is set; every node execution is counted.
+    ``right`` fails while ``fail_right`` is set, once ``left_stored`` is (see
+    ``run_until_failure``); every node execution is counted.
     """
 
     def __init__(self) -> None:
         self.runs = {"step": 0, "left": 0, "right": 0, "finish": 0}
         self.fail_right = False
+        self.left_stored = threading.Event()
 
     def build(self, saver: VerifiedSaver):
         def step(state):
@@ -90,6 +93,7 @@ class Workflow:
         def right(state):
             self.runs["right"] += 1
             if self.fail_right:
+                assert self.left_stored.wait(timeout=120), "left's writes were never stored"
                 raise RuntimeError("right fails")
             return {"right": f"R{state['count']}", "trace": [200]}
 
@@ -308,8 +312,22 @@ class Pristine:
 
 
 def run_until_failure(saver: VerifiedSaver, thread: dict) -> None:
+    """Run the workflow until ``right`` fails, after ``left``'s writes are stored.
+
+    A task's failure ends its superstep without waiting for the others: a ``left``
+    still running then (a busy machine) finishes after the run, when its writes can no
+    longer be stored, and the newest checkpoint lacks the writes every test expects.
+    """
     workflow = Workflow()
     workflow.fail_right = True
+    put_writes = saver.put_writes
+
+    def noting_left(config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        put_writes(config, writes, task_id, task_path)
+        if ("trace", [100]) in writes:  # left's (the input writes "left" too)
+            workflow.left_stored.set()
+
+    saver.put_writes = noting_left  # type: ignore[method-assign]
     graph = workflow.build(saver)
     with pytest.raises(RuntimeError, match="right fails"):
         graph.invoke(INPUT, thread)

@@ -403,6 +403,30 @@ def test_two_writers_keep_one_parity_in_step(tmp_path):
     assert found.healed == [BLOCK_SIZE * 3]
 
 
+def test_a_bit_flipped_in_the_stripe_another_writer_extended_is_still_rebuilt(tmp_path):
+    """A writer that did not append last reads the stripe it goes on appending to from
+    the log, to extend its parity: it checks those bytes against the stripe's record
+    first. A bit flipped there since is rebuilt, not taken into the parity (which would
+    then describe the damage, and the record holding that bit would be lost)."""
+    first, second = FileStorage(tmp_path), FileStorage(tmp_path)
+    rng = random.Random(3)
+    written = {f"threads/t/ns/~/r{n}": rng.randbytes(3000) for n in range(6)}
+    for key, data in written.items():
+        (second if key.endswith("r5") else first).write(key, data)
+    log = tmp_path / "threads" / "t" / "log"
+    assert held(log.read_bytes()) < STRIPE_SIZE, "one stripe, still being appended to"
+    with open(log, "r+b") as f:  # in r1, which ``first`` does not read again
+        f.seek(BLOCK_SIZE + 100)
+        damaged = bytes([f.read(1)[0] ^ 1])
+        f.seek(BLOCK_SIZE + 100)
+        f.write(damaged)
+    first.write("threads/t/ns/~/next", b"next")
+    scrubbed = FileStorage(tmp_path).scrub("threads/t", repair=False)
+    assert [(found.healed, found.unhealable) for _, found in scrubbed] == [([BLOCK_SIZE], [])]
+    reader = FileStorage(tmp_path)
+    assert {key: reader.read(key) for key in written} == written
+
+
 def test_an_append_made_without_a_sync_is_protected_once_one_follows(tmp_path):
     """A parity record written before the bytes it covers are synced could reach the disk
     without them, and after a power cut describe bytes the log never kept: a false alarm,

@@ -453,6 +453,21 @@ def test_an_append_made_without_a_sync_is_protected_once_one_follows(tmp_path):
     assert unsynced.scrub("threads/t", repair=False) == []
 
 
+def test_what_a_close_covers_never_replaces_the_parity_of_a_later_writer(tmp_path):
+    """A deletion, made without a sync, is covered at the next sync or at ``close``. A
+    writer that appended after it covered it already, with its own entries: the close
+    must not write the stripe's record again from what it knows of the stripe, which
+    ends before those entries (they would be left unprotected)."""
+    first, second = FileStorage(tmp_path), FileStorage(tmp_path)
+    for n in range(3):
+        first.write(f"threads/t/ns/~/r{n}", os.urandom(1000))
+    first.delete_many(["threads/t/ns/~/r0"])
+    second.write("threads/t/ns/~/s0", os.urandom(1000))
+    assert FileStorage(tmp_path).scrub("threads/t", repair=False) == []
+    first.close_idle()
+    assert FileStorage(tmp_path).scrub("threads/t", repair=False) == []
+
+
 def test_appends_left_without_a_sync_get_one_once_a_stripe_of_them_waits(tmp_path):
     """What is unprotected stays bounded when nothing durable follows (a store pruned in a
     loop, say): each stripe's worth of such appends costs one ``fdatasync``."""

@@ -1,7 +1,8 @@
 """Reads and writes that race with maintenance or with each other stay consistent.
 
 * ``prune`` (and ``delete_for_runs``) beside a running graph never makes a healthy
-  thread look damaged: readers see the thread before or after, never a restart.
+  thread look damaged: readers see the thread before or after, never a restart; a
+  read caught between the rewrite and the removal reads the checkpoint again.
 * Concurrent ``put_writes`` of growing prefixes for one (checkpoint, task), the
   way LangGraph saves the null task's writes again, keep every write.
 * A checkpoint stored whole (``full_snapshot_every``) holds every channel the
@@ -21,7 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_checkpoint_verified import VerifiedSaver
+from langgraph_checkpoint_verified import FileStorage, MemoryStorage, VerifiedSaver
 
 BACKENDS = ["files", "memory"]
 
@@ -92,6 +93,45 @@ def test_maintenance_beside_a_running_graph_never_restarts_the_thread(tmp_path, 
     assert saver.stats.restarts_from_scratch == 0
     assert saver.stats.damaged_records == 0
     assert saver.stats.fallbacks == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_read_caught_by_prune_between_its_records_reads_the_checkpoint_again(tmp_path, backend):
+    """``prune`` rewrites the checkpoint it keeps to hold its values itself, then removes
+    the records it referred to. A read of that checkpoint made before, whose next record
+    (the one holding ``payload``) is read after, finds that record gone: it reads the
+    checkpoint again and returns it, not an older one or none (a thread restarted)."""
+    # two savers on one storage, as a server's savers of one store are
+    shared = FileStorage(tmp_path / "store", fsync=False) if backend == "files" else MemoryStorage()
+    writer = VerifiedSaver(storage=shared)
+    graph = counter_graph(writer)
+    config = {"configurable": {"thread_id": "t"}}
+    for _ in range(4):
+        graph.invoke({}, config)
+    newest = writer.get_tuple(config).config["configurable"]["checkpoint_id"]
+
+    reader = VerifiedSaver(storage=shared)
+    read = shared.read
+    checkpoints_read: list[str] = []
+    pruned = threading.Event()
+    reading = threading.current_thread()  # not prune's own reads
+
+    def read_and_prune_once(key: str) -> Any:
+        if key.endswith(".ckpt") and not pruned.is_set() and threading.current_thread() is reading:
+            checkpoints_read.append(key)
+            if newest not in key:  # the newest was read: now the record holding payload
+                pruner = threading.Thread(target=lambda: (writer.prune(["t"]), pruned.set()))
+                pruner.start()
+                pruner.join()
+        return read(key)
+
+    shared.read = read_and_prune_once  # type: ignore[method-assign]
+    found = reader.get_tuple(config)
+    assert pruned.is_set() and newest in checkpoints_read[0], checkpoints_read
+    assert found is not None and found.config["configurable"]["checkpoint_id"] == newest
+    assert found.checkpoint["channel_values"]["count"] == 4
+    assert len(found.checkpoint["channel_values"]["payload"]) == 20_000
+    assert reader.stats.damaged_records == reader.stats.fallbacks == 0
 
 
 # -- concurrent put_writes of one task ----------------------------------------------------

@@ -261,6 +261,32 @@ def test_unreadable_records_are_reported_not_raised_and_not_moved(tmp_path, monk
     assert saver.get_tuple(generate_config("t")).config == configs[-1]
 
 
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_a_checkpoint_unreadable_for_a_moment_is_read_again_by_the_next_call(
+    tmp_path, backend, monkeypatch
+):
+    """A read error is not damage: the call falls back past the checkpoint it could not
+    read, and keeps nothing of that fallback, so the next call, once the storage reads
+    again, returns the newest checkpoint (the thread does not go on from an older one)."""
+    saver = VerifiedSaver(tmp_path / "s") if backend == "files" else VerifiedSaver.in_memory()
+    configs = put_chain(saver, "t", 3)
+    newest = configs[-1]["configurable"]["checkpoint_id"]
+    fresh = VerifiedSaver(storage=saver.storage)  # nothing of the thread read yet
+    real_read = fresh.storage.read
+    failing = [True]
+
+    def read_failing_once(key):
+        if failing[0] and key.endswith(f"{newest}.ckpt"):
+            raise OSError(5, "Input/output error")
+        return real_read(key)
+
+    monkeypatch.setattr(fresh.storage, "read", read_failing_once)
+    assert fresh.get_tuple(generate_config("t")).config == configs[-2]
+    assert fresh.stats.unreadable_records == 1 and fresh.stats.fallbacks == 1
+    failing[0] = False
+    assert fresh.get_tuple(generate_config("t")).config == configs[-1]
+
+
 def _writes_record(saver, key_parts, value: str) -> bytes:
     from langgraph_checkpoint_verified.records.kinds import WritesRecord, encode_writes
 

@@ -6,7 +6,8 @@
 * Concurrent ``put_writes`` of growing prefixes for one (checkpoint, task), the
   way LangGraph saves the null task's writes again, keep every write.
 * A checkpoint stored whole (``full_snapshot_every``) holds every channel the
-  checkpoint has, including a value it inherits unchanged from its parent.
+  checkpoint has, including a value it inherits unchanged from its parent, so one
+  damaged record costs only the checkpoints until the next one stored whole.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_checkpoint_verified import FileStorage, MemoryStorage, VerifiedSaver
+from langgraph_checkpoint_verified.records.keys import checkpoint_key
 
 BACKENDS = ["files", "memory"]
 
@@ -218,3 +220,31 @@ def test_full_snapshots_hold_values_inherited_from_the_parent(tmp_path, backend,
         assert got.keys() == want.keys(), f"checkpoint {step} from the newest"
         assert repr(got) == repr(want), f"checkpoint {step} from the newest"
     assert graphs[0].get_state(config).values == graphs[1].get_state(config).values
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_damaged_record_costs_only_the_checkpoints_until_the_next_full_one(tmp_path, backend):
+    """What ``full_snapshot_every`` bounds: the record that holds ``payload`` damaged,
+    the checkpoints referring to it for ``payload`` are unusable up to the next one
+    stored whole, which holds ``payload`` itself; from there on the thread is intact."""
+    every = 4
+    saver = open_saver(backend, tmp_path, full_snapshot_every=every)
+    graph = counter_graph(saver)
+    config = {"configurable": {"thread_id": "t"}}
+    for _ in range(5):
+        graph.invoke({}, config)
+    chain = [t for t in saver.list(config)][::-1]  # oldest first; the first is stored whole
+    ids = [t.config["configurable"]["checkpoint_id"] for t in chain]
+    holder = next(i for i, t in enumerate(chain) if "payload" in t.checkpoint["channel_values"])
+    next_full = next(i for i in range(holder + 1, len(chain)) if i % every == 0)
+    assert next_full < len(chain) - 1, "checkpoints after the next full one, to be read"
+    saver.storage.write(checkpoint_key("t", "", ids[holder]), b"garbage")
+
+    fresh = VerifiedSaver(storage=saver.storage, full_snapshot_every=every)
+    report = fresh.verify()
+    assert sorted(u.checkpoint_id for u in report.unusable_checkpoints) == ids[holder:next_full]
+    newest = fresh.get_tuple(config)
+    assert newest is not None and newest.config["configurable"]["checkpoint_id"] == ids[-1]
+    assert newest.checkpoint["channel_values"]["count"] == 5
+    assert len(newest.checkpoint["channel_values"]["payload"]) == 20_000
+    assert fresh.stats.fallbacks == 0

@@ -56,6 +56,7 @@ from langgraph_checkpoint_verified.records.keys import batch_key, memories_prefi
 from langgraph_checkpoint_verified.store.batches import (
     Batch,
     ItemVersion,
+    Touch,
     decode_batch,
     encode_batch,
 )
@@ -443,6 +444,38 @@ def test_a_touch_left_from_an_older_version_extends_nothing(open_store):
         assert store.get(ns, "k") is None
         assert open_store().get(ns, "k") is None  # read from the records alike
         assert store.stats.damaged_records == 0
+
+
+def test_a_touch_written_late_never_shortens_a_later_one(open_store):
+    """Touches of one version may be written out of the order of the reads that made
+    them (two processes reading at once): an item lives until the latest of them."""
+    store = open_store()
+    ns = ("ns",)
+    with time_machine.travel(T0, tick=False) as clock:
+        store.put(ns, "k", {"v": 1}, ttl=5)
+        clock.shift(4 * 60)
+        store.get(ns, "k", refresh_ttl=True)  # a touch to T0 + 9 minutes
+        [touched] = [t for key in batches(store, "ns") for t in read_batch(store, key).touches]
+        # a touch made by a read at T0 + 1 minute, written only now
+        early = Touch(ns, "k", touched.version, touched.expires_at - 3 * 60)
+        store.logs.write("ns", Batch(touches=[early]))
+        clock.shift(4 * 60)  # T0 + 8 minutes: before the later touch's end
+        assert store.get(ns, "k", refresh_ttl=False).value == {"v": 1}
+        assert open_store().get(ns, "k", refresh_ttl=False).value == {"v": 1}
+
+
+def test_a_put_over_an_expired_item_makes_a_new_item(open_store):
+    """An expired item is gone, swept or not: a put of its key creates the item anew."""
+    store = open_store()
+    ns = ("ns",)
+    with time_machine.travel(T0, tick=False) as clock:
+        store.put(ns, "k", {"v": 1}, ttl=1)
+        clock.shift(2 * 60)
+        store.put(ns, "k", {"v": 2})
+    for reader in (store, open_store()):
+        item = reader.get(ns, "k")
+        assert item.value == {"v": 2}
+        assert item.created_at == item.updated_at == T0 + timedelta(minutes=2)
 
 
 def test_the_ttl_sweeper_runs_in_the_background_and_stops(tmp_path):

@@ -530,6 +530,32 @@ def test_at_most_once_tool_that_raises_runs_again(saver, mode):
     assert tool_messages(result["output"])["call_2"] == "charged 42"
 
 
+def test_at_most_once_tool_whose_error_is_handled_runs_again(saver, mode):
+    """An error the node handles (an error ``ToolMessage``) is a known outcome, as a raise
+    is: the call's intent goes with it, and the next run of the node runs the tool."""
+    effects = Effects(fail=("charge",))
+    flaky_left = ["once"]
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page; the network is down the first time."""
+        if flaky_left:
+            flaky_left.pop()
+            raise ConnectionError("network down")
+        return f"fetched {url}"
+
+    node = VerifiedToolNode(
+        [*effects.tools, fetch], handle_tool_errors=(RuntimeError,), at_most_once=["charge"]
+    )
+    four_calls = [*THREE_CALLS, {"name": "fetch", "args": {"url": "x"}, "id": "call_4"}]
+    graph = tools_graph(node, saver, four_calls)
+    with pytest.raises(ConnectionError):  # fails the task: the node runs again on resume
+        invoke(graph, {"messages": []}, config(), mode)
+    output = invoke(graph, None, config(), mode)
+    assert effects.count == Counter(send_email=1, charge=2, lookup=1)
+    assert tool_messages(output)["call_2"] == "charged 42"
+
+
 def test_at_most_once_tool_that_interrupts_runs_again_on_resume(saver, mode):
     count: Counter[str] = Counter()
 

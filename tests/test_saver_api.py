@@ -233,6 +233,25 @@ def test_prune_of_a_damaged_thread_works_in_strict_mode(tmp_path):
     assert [t.config for t in saver.list(generate_config("t"))] == [configs[1]]
 
 
+@pytest.mark.parametrize("backend", ["files", "memory"])
+def test_a_checkpoint_put_again_under_its_own_id_as_parent_holds_its_values(tmp_path, backend):
+    """A checkpoint put again with its own id as the parent's: the record it replaces is
+    no parent to refer to (the new record would refer to itself for what did not
+    change, and never load): it holds every value itself."""
+    saver = VerifiedSaver(tmp_path / "s") if backend == "files" else VerifiedSaver.in_memory()
+    first = generate_checkpoint(
+        channel_values={"a": "kept", "b": 1}, channel_versions={"a": 1, "b": 1}
+    )
+    config = saver.put(generate_config("t"), first, generate_metadata(step=0), {"a": 1, "b": 1})
+    assert config["configurable"]["checkpoint_id"] == first["id"]
+    again = {**first, "channel_values": {"a": "kept", "b": 2}, "channel_versions": {"a": 1, "b": 2}}
+    saver.put(config, again, generate_metadata(step=1), {"b": 2})
+    fresh = VerifiedSaver(storage=saver.storage)
+    found = fresh.get_tuple(generate_config("t"))
+    assert found is not None and found.checkpoint["channel_values"] == {"a": "kept", "b": 2}
+    assert fresh.verify().ok
+
+
 # -- a record that cannot be read at all --------------------------------------------------
 
 

@@ -105,6 +105,30 @@ def test_zeros_where_synced_entries_were_are_lost_blocks_rebuilt_not_room(tmp_pa
     assert sorted(reader.walk(T)) == sorted(f"{T}/ns/{k}" for k in range(n))
 
 
+def test_a_reader_catching_up_takes_zeros_where_synced_entries_were_for_lost_blocks(tmp_path):
+    """A process that knew the log reads what another appended since a window at a time,
+    up to the room: zeros where that writer's last entry was synced are a lost block,
+    rebuilt from the parity, not room (whose next append would write over the entry)."""
+    reader, writer = FileStorage(tmp_path), FileStorage(tmp_path)
+    reader.write(f"{T}/ns/first", b"f" * 500)  # the reader knows the log, up to its room
+    log = log_of(tmp_path)
+    written = {}
+    while True:  # until the writer's last entry lies inside one block, after a few
+        key = f"{T}/ns/{len(written)}"
+        written[key] = os.urandom(700)
+        writer.write(key, written[key])
+        last = view_log(log.read_bytes(), T).entries[-1]
+        if len(written) >= 3 and last.offset // BLOCK_SIZE == (last.end - 1) // BLOCK_SIZE:
+            break
+    data = bytearray(log.read_bytes())
+    data[last.offset : last.end] = bytes(last.end - last.offset)  # looks like room now
+    log.write_bytes(bytes(data))
+    assert reader.read(last.key) == written[last.key]
+    reader.write(f"{T}/ns/next", b"n" * 500)
+    fresh = FileStorage(tmp_path)
+    assert {key: fresh.read(key) for key in written} == written
+
+
 def test_a_writer_never_writes_over_another_writers_entry_whose_header_was_lost(tmp_path):
     """Another process appended (synced, parity written), then the block holding that
     entry's header was lost: the zeros where this writer would append are not room."""

@@ -5,8 +5,9 @@ times set with ``time_machine`` (LangGraph stamps each checkpoint's ``ts`` with
 the clock), and each sweep judged at a ``now`` of the test's choosing: no test
 sleeps. What must hold:
 
-* a thread idle longer than ``idle``, or older than ``max_age``, is deleted (or
-  kept to its newest checkpoint); the others stay exactly as they were;
+* a thread idle longer than ``idle`` (since its last write in any namespace), or
+  older than ``max_age``, is deleted (or kept to its newest checkpoint); the others
+  stay exactly as they were, and one with no checkpoint that verifies is skipped;
 * ``keep_last`` keeps the newest checkpoints of each namespace, each reading
   back exactly as before, with what a resume needs (an ``interrupt()`` thread
   still resumes; a subgraph's namespace is trimmed on its own; a
@@ -172,6 +173,41 @@ def test_pinned_and_exempt_threads_are_left_alone(open_saver):
     assert open_saver().get_tuple(config("pinned")) is not None
     unpinned = RetentionPolicy(idle=DAY, pin_key=None)
     assert saver.sweep(unpinned, now=T0 + 2 * DAY).threads_deleted == ["pinned", "vip"]
+
+
+def test_a_thread_is_idle_from_its_last_write_in_any_namespace(open_saver):
+    """A subgraph that ran once, long ago, leaves its namespace's newest checkpoint old:
+    the thread is idle only once every namespace is, the root's newer writes included."""
+    saver = open_saver()
+    graph = build_nested(saver)
+    with time_machine.travel(T0):
+        graph.invoke({"text": "t", "log": []}, config("nested"))  # waits in the subgraph
+        graph.invoke(Command(resume="yes"), config("nested"))
+    with time_machine.travel(T0 + 50 * DAY):
+        graph.update_state(config("nested"), {"text": "edited"})  # the root namespace only
+    before = snapshot(saver, "nested")
+    assert len({ns for ns, _ in before}) > 1
+    report = saver.sweep(RetentionPolicy(idle=30 * DAY), now=T0 + 60 * DAY)
+    assert report.threads_deleted == []
+    assert snapshot(open_saver(), "nested") == before
+
+
+def test_a_thread_none_of_whose_checkpoints_verifies_is_left_alone(open_saver):
+    """A sweep judges a thread by its newest checkpoint that verifies: a thread with none
+    is skipped and said to need ``verify``, never deleted on a guess. (Its damaged
+    records are moved to the quarantine by the reads, as any read does.)"""
+    saver = open_saver()
+    chat(saver, "broken", 2, T0)
+    chat(saver, "idle", 2, T0)
+    records = sorted(saver.storage.walk("threads/broken"))
+    for key in records:
+        if key.endswith(".ckpt"):
+            saver.storage.write(key, b"garbage")
+    report = open_saver().sweep(RetentionPolicy(idle=DAY), now=T0 + 30 * DAY)
+    assert report.threads_deleted == ["idle"]
+    assert report.skipped == {"broken": "no checkpoint verifies: run verify"}
+    left = sorted(open_saver().storage.walk("threads/broken"))
+    assert left == [key for key in records if not key.endswith(".ckpt")] != []
 
 
 def test_limit_and_dry_run_report_exactly_what_the_sweep_does(open_saver, tmp_path):

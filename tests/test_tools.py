@@ -266,8 +266,9 @@ def test_fingerprint_mismatch_runs_again_and_says_why(saver, mode, caplog):
 # -- drop-in behaviour ---------------------------------------------------------
 
 
-def test_handled_errors_are_returned_and_not_recorded(saver, mode):
-    effects = Effects(fail=("charge",))
+def fetch_down_once() -> Any:
+    """A tool whose first call raises ``ConnectionError`` (unhandled: it fails the task,
+    so the node runs again on resume), and which works from then on."""
     flaky_left = ["once"]
 
     @tool
@@ -278,10 +279,18 @@ def test_handled_errors_are_returned_and_not_recorded(saver, mode):
             raise ConnectionError("network down")
         return f"fetched {url}"
 
+    return fetch
+
+
+FOUR_CALLS = [*THREE_CALLS, {"name": "fetch", "args": {"url": "x"}, "id": "call_4"}]
+"""``THREE_CALLS``, then ``fetch_down_once``'s."""
+
+
+def test_handled_errors_are_returned_and_not_recorded(saver, mode):
+    effects = Effects(fail=("charge",))
     # RuntimeError (charge) becomes an error ToolMessage; ConnectionError fails the task
-    node = VerifiedToolNode([*effects.tools, fetch], handle_tool_errors=(RuntimeError,))
-    four_calls = [*THREE_CALLS, {"name": "fetch", "args": {"url": "x"}, "id": "call_4"}]
-    graph = tools_graph(node, saver, four_calls)
+    node = VerifiedToolNode([*effects.tools, fetch_down_once()], handle_tool_errors=(RuntimeError,))
+    graph = tools_graph(node, saver, FOUR_CALLS)
     with pytest.raises(ConnectionError):
         invoke(graph, {"messages": []}, config(), mode)
     records = records_of(graph, config())
@@ -534,21 +543,12 @@ def test_at_most_once_tool_whose_error_is_handled_runs_again(saver, mode):
     """An error the node handles (an error ``ToolMessage``) is a known outcome, as a raise
     is: the call's intent goes with it, and the next run of the node runs the tool."""
     effects = Effects(fail=("charge",))
-    flaky_left = ["once"]
-
-    @tool
-    def fetch(url: str) -> str:
-        """Fetch a page; the network is down the first time."""
-        if flaky_left:
-            flaky_left.pop()
-            raise ConnectionError("network down")
-        return f"fetched {url}"
-
     node = VerifiedToolNode(
-        [*effects.tools, fetch], handle_tool_errors=(RuntimeError,), at_most_once=["charge"]
+        [*effects.tools, fetch_down_once()],
+        handle_tool_errors=(RuntimeError,),
+        at_most_once=["charge"],
     )
-    four_calls = [*THREE_CALLS, {"name": "fetch", "args": {"url": "x"}, "id": "call_4"}]
-    graph = tools_graph(node, saver, four_calls)
+    graph = tools_graph(node, saver, FOUR_CALLS)
     with pytest.raises(ConnectionError):  # fails the task: the node runs again on resume
         invoke(graph, {"messages": []}, config(), mode)
     output = invoke(graph, None, config(), mode)

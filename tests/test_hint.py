@@ -90,6 +90,42 @@ def test_a_stale_or_damaged_hint_is_ignored(tmp_path):
     assert newest_step(root) == 1499
 
 
+def test_a_byte_damaged_anywhere_in_a_hint_costs_no_record(tmp_path):
+    """A hint is only a shortcut: whichever of its bytes is damaged (its index, a block's
+    keys, a block's positions), a reader finds every checkpoint, and reports and
+    quarantines nothing (the records are sound). Its checksums are what tells it: a key
+    or first key changed in a block would send the reader to the wrong record, or past
+    the right one."""
+    root = tmp_path / "store"
+    fill(VerifiedSaver(root, fsync=False), 600)
+    assert newest_step(root) == 599  # the whole log read: the reader leaves a hint
+    hint = root / "threads/t" / HINT_NAME
+    saved = hint.read_bytes()
+    index_offset, index_size = struct.unpack_from("<QQ", saved, len(saved) - 24)
+    assert len(decode_hint_index(saved, tail_of(root / "threads/t/log"), 10**12).blocks) == 3
+    prefix = "threads/t/ns/~/checkpoints"
+    keys = FileStorage(str(root), fsync=False).list(prefix)
+    assert len(keys) == 600
+
+    def damage(position: int) -> None:
+        damaged = bytearray(saved)
+        damaged[position] ^= 0x5A
+        hint.write_bytes(bytes(damaged))
+
+    # every byte of the index (the first key of each block, where each block is)
+    for position in range(index_offset, index_offset + index_size):
+        damage(position)
+        assert FileStorage(str(root), fsync=False).list(prefix) == keys, position
+    # bytes spread over the blocks, read by a saver
+    for position in range(0, index_offset, index_offset // 40):
+        damage(position)
+        reader = VerifiedSaver(root)
+        steps = [t.metadata["step"] for t in reader.list(THREAD)]
+        assert steps == list(range(599, -1, -1)), position
+        assert reader.stats.damaged_records == 0, position
+        assert not (root / "quarantine").exists(), position
+
+
 def test_no_hint_for_a_log_with_damage_only_a_whole_read_finds(tmp_path):
     """Bytes between two entries that name no record, and that could not be copied to
     the quarantine (here: quarantine off), are found only by reading the log: no hint

@@ -24,6 +24,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME
 
 from langgraph_checkpoint_verified import FileStorage, VerifiedSaver
+from langgraph_checkpoint_verified.records import keys
 
 
 @pytest.fixture(params=["files", "memory"])
@@ -459,6 +460,24 @@ def test_copy_thread_copies_checkpoints_writes_and_namespaces(saver):
     saver.delete_thread("src")
     assert saver.get_tuple(generate_config("dst")).checkpoint["channel_values"] == {"step": 2}
     assert saver.verify().ok
+
+
+def test_copy_thread_copies_no_record_found_where_it_does_not_belong(saver):
+    """A record under the source thread that names another thread (a file copied there
+    by hand, a store restored badly) is damage: reported, and never copied, where it
+    would become a checkpoint of the target that its source never had."""
+    source = put_chain(saver, "src", 2)
+    stranger = put_chain(saver, "other", 1)[0]
+    stranger_id = checkpoint_id(stranger)
+    saver.storage.write(
+        keys.checkpoint_key("src", "", checkpoint_id(source[0])),
+        saver.storage.read(keys.checkpoint_key("other", "", stranger_id)),
+    )
+    saver.copy_thread("src", "dst")
+    assert ids_of(saver.list(generate_config("dst"))) == [checkpoint_id(source[1])]
+    assert saver.stats.damaged_records == 1
+    assert saver.get_tuple(generate_config("dst", checkpoint_id=stranger_id)) is None
+    assert saver.get_tuple(generate_config("other")).config["configurable"]["thread_id"] == "other"
 
 
 def test_copy_thread_of_missing_source_creates_nothing(saver):

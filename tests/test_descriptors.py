@@ -169,6 +169,36 @@ def test_threads_share_a_lock_file_and_an_exclusive_holder_waits_for_all_of_them
     os.close(probe)
 
 
+def test_the_file_lock_is_let_go_of_by_the_last_shared_holder_not_the_first(tmp_path):
+    """Two threads of one process hold a thread's lock shared: when the first lets go,
+    another process (here another open file, which ``flock`` tells apart the same way)
+    still cannot take it exclusive: the second holder is still writing."""
+    storage = RecordFileStorage(tmp_path / "store", fsync=False)
+    both_in = threading.Barrier(3)
+    releases = [threading.Event(), threading.Event()]
+
+    def shared_holder(release: threading.Event) -> None:
+        with storage.lock("threads/t", exclusive=False):
+            both_in.wait()
+            release.wait()
+
+    holders = [threading.Thread(target=shared_holder, args=(r,)) for r in releases]
+    for thread in holders:
+        thread.start()
+    both_in.wait()
+    probe = os.open(tmp_path / "store/threads/t/.lock", os.O_RDONLY)
+    try:
+        releases[0].set()
+        holders[0].join()
+        with pytest.raises(BlockingIOError):  # the second holder still holds it
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        releases[1].set()
+        holders[1].join()
+    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # now everyone let go
+    os.close(probe)
+
+
 def test_a_thread_directory_deleted_meanwhile_is_locked_anew(tmp_path):
     storage = RecordFileStorage(tmp_path / "store", fsync=False)
     with storage.lock("threads/t", exclusive=False):

@@ -264,6 +264,37 @@ def test_a_forked_child_shares_no_open_lock_or_log_with_its_parent(tmp_path):
     assert graph.get_state(config).values["turns"] == 2
 
 
+def test_a_forked_child_keeps_none_of_its_parent_s_lock_files(tmp_path):
+    """The lock files a store keeps open (``DirectoryLocks``) are closed in a forked child,
+    even one forked while its parent holds the lock: the child locks on files of its own,
+    so it waits for its parent, then takes the lock and writes."""
+    storage = RecordFileStorage(tmp_path / "store", fsync=False)
+    with storage.lock("threads/t", exclusive=False):
+        pass
+    inherited = [fd for fd in open_descriptors() if is_lock_or_append(fd, tmp_path / "store")]
+    assert inherited, "the lock file stays open"
+    with storage.lock("threads/t", exclusive=True):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                for fd in inherited:
+                    try:
+                        os.fstat(fd)
+                        code = 1
+                    except OSError:
+                        pass
+                if not code:
+                    with storage.lock("threads/t", exclusive=True):
+                        storage.write("threads/t/from-child", b"child")
+            except BaseException:
+                code = 2
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert storage.read("threads/t/from-child") == b"child"
+
+
 if sys.platform == "win32":  # pragma: no cover
     pytestmark = pytest.mark.skip("flock")
 

@@ -134,6 +134,24 @@ def test_a_block_queued_behind_another_shares_its_sync(tmp_path, monkeypatch):
     assert FileStorage(tmp_path).read(f"{T}/ns/b") == b"b" * 3000  # a new reader too
 
 
+def test_a_durable_append_is_synced_when_the_block_that_settles_it_writes_without_sync(
+    tmp_path, monkeypatch
+):
+    """The block the hold is passed to appends without a sync of its own (``durable=False``):
+    what settles the chain still syncs, for the durable append before it."""
+    storage = FileStorage(tmp_path)
+    storage.write(f"{T}/ns/warm", b"w")
+    syncs = Syncs(monkeypatch, tmp_path)
+
+    def second() -> None:
+        with storage.lock(T, exclusive=False):
+            storage.write(f"{T}/ns/b", b"b" * 3000, durable=False)
+
+    outcome = beside_a_block(storage, second, data=b"a" * 3000, syncs=syncs)
+    assert outcome == {"first": "returned", "second": "returned", "syncs when first returned": 1}
+    assert storage.read(f"{T}/ns/a") == b"a" * 3000
+
+
 def test_when_the_shared_sync_fails_both_callers_raise(tmp_path, monkeypatch):
     storage = FileStorage(tmp_path)
     storage.write(f"{T}/ns/warm", b"w")

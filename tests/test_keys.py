@@ -20,6 +20,7 @@ from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.engine.marker import STORE_MARKER_KEY
 from langgraph_checkpoint_verified.records.keys import MAX_SEGMENT, decode_segment, encode_segment
 from langgraph_checkpoint_verified.storage.base import LOCK_NAME
+from langgraph_checkpoint_verified.storage.files import RecordFileStorage
 from langgraph_checkpoint_verified.storage.log.entries import PUT, scan
 from langgraph_checkpoint_verified.storage.log.file_storage import (
     HINT_NAME,
@@ -253,6 +254,23 @@ def test_wrong_config_types_are_refused_clearly(saver, bad_config, error, words)
         with pytest.raises(error, match=words):
             list(saver.list(bad_config))
     assert list(saver.list(None)) == []
+
+
+@pytest.mark.parametrize("storage_class", [FileStorage, RecordFileStorage])
+@pytest.mark.parametrize("key", ["../escape", "/tmp/escape", "cache/../../escape", "threads/.."])
+def test_a_storage_key_that_would_leave_the_store_is_refused(tmp_path, storage_class, key):
+    """Keys are made of encoded segments only; the storage refuses any other that names a
+    path outside the store (a second line of defence), for every call, and makes nothing."""
+    storage = storage_class(tmp_path / "store", fsync=False)
+    for call in (
+        lambda: storage.write(key, b"x"),
+        lambda: storage.read(key),
+        lambda: storage.delete(key),
+        lambda: storage.list(key),
+    ):
+        with pytest.raises(ValueError, match="unsafe storage key"):
+            call()
+    assert sorted(os.listdir(tmp_path)) == ["store"]
 
 
 @pytest.mark.parametrize("bad_thread_id", [None, object(), 1.5, b"bytes"])

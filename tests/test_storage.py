@@ -18,6 +18,10 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
+import time
+from subprocess import PIPE
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
@@ -26,8 +30,9 @@ from logtools import lose_parity
 from langgraph_checkpoint_verified import VerifiedSaver
 from langgraph_checkpoint_verified.records import keys as record_keys
 from langgraph_checkpoint_verified.records.format import RecordKind
+from langgraph_checkpoint_verified.records.keys import TEMP_PREFIX
 from langgraph_checkpoint_verified.storage import memory
-from langgraph_checkpoint_verified.storage.files import RecordFileStorage, copy_range
+from langgraph_checkpoint_verified.storage.files import PID_SPACE, RecordFileStorage, copy_range
 from langgraph_checkpoint_verified.storage.log.entries import scan
 from langgraph_checkpoint_verified.storage.log.file_storage import LOG_NAME
 from langgraph_checkpoint_verified.storage.memory import MemoryStorage
@@ -457,3 +462,34 @@ def test_a_record_file_is_read_whole_however_the_reads_come(tmp_path, monkeypatc
         assert files.read_all(fd) == b""
     finally:
         os.close(fd)
+
+
+def test_a_temp_file_is_removed_only_once_its_writer_is_gone(tmp_path):
+    """A temp file names its writer (pid and pid space): one whose writer still runs may
+    be about to be renamed into place and stays; one whose writer exited is removed by
+    the next listing. A writer of another pid space (another host or container) cannot
+    be asked: its temp file stays until it is an hour old."""
+    storage = RecordFileStorage(tmp_path / "store", fsync=False)
+    storage.write("cache/kept", b"k")
+    directory = tmp_path / "store" / "cache"
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=PIPE)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        names = {
+            "live": f"{TEMP_PREFIX}{live.pid}-{PID_SPACE}-aaaa",
+            "gone": f"{TEMP_PREFIX}{gone.pid}-{PID_SPACE}-bbbb",
+            "elsewhere": f"{TEMP_PREFIX}1-00000000-cccc",
+            "elsewhere, old": f"{TEMP_PREFIX}1-00000000-dddd",
+        }
+        for name in names.values():
+            (directory / name).write_bytes(b"half written")
+        hour_ago = time.time() - 3700
+        os.utime(directory / names["elsewhere, old"], (hour_ago, hour_ago))
+        assert storage.list("cache") == ["kept"]
+        left = {what for what, name in names.items() if (directory / name).exists()}
+        assert left == {"live", "elsewhere"}
+    finally:
+        live.communicate(b"")
+    storage.list("cache")  # its writer exited since
+    assert not (directory / names["live"]).exists()

@@ -493,3 +493,22 @@ def test_a_temp_file_is_removed_only_once_its_writer_is_gone(tmp_path):
         live.communicate(b"")
     storage.list("cache")  # its writer exited since
     assert not (directory / names["live"]).exists()
+
+
+@pytest.mark.parametrize("storage_class", [RecordFileStorage, MemoryStorage])
+def test_move_aside_without_replace_never_moves_over_a_record(tmp_path, storage_class):
+    """``replace=False`` (the quarantine's names, a record moved back): a target that exists
+    is kept, the source stays where it was, and the call says it moved nothing."""
+    storage = (
+        storage_class(tmp_path / "store", fsync=False)
+        if storage_class is RecordFileStorage
+        else storage_class()
+    )
+    storage.write("quarantine/a", b"first")
+    storage.write("quarantine/b", b"second")
+    assert storage.move_aside("quarantine/a", "quarantine/b", replace=False) is False
+    assert (storage.read("quarantine/a"), storage.read("quarantine/b")) == (b"first", b"second")
+    assert storage.move_aside("quarantine/a", "quarantine/c", replace=False) is True
+    assert (storage.read("quarantine/a"), storage.read("quarantine/c")) == (None, b"first")
+    assert storage.move_aside("quarantine/c", "quarantine/b") is True  # replace: over it
+    assert (storage.read("quarantine/b"), storage.read("quarantine/c")) == (b"first", None)

@@ -286,6 +286,39 @@ def test_another_process_put_is_seen_by_the_next_get(tmp_path):
     assert reader.stats.damaged_records == 0
 
 
+DELETE_AND_COMPACT_FROM_ANOTHER_PROCESS = textwrap.dedent(
+    """
+    import sys
+    from langgraph_checkpoint_verified import VerifiedStore
+    store = VerifiedStore(sys.argv[1])
+    store.delete(("users", "ada"), "gone")
+    store.put(("users", "ada"), "k", {"v": 2})
+    assert store.logs.compact("users") > 0
+    """
+)
+
+
+def test_a_label_another_process_compacted_is_read_again_not_on_top_of_what_was_known(
+    tmp_path,
+):
+    """Another process deletes an item, then compacts the label's log: the batches this
+    store applied are gone, and the delete with them. The next read starts the label
+    again from the log as it is: the item is gone here too, nothing else changed."""
+    store_dir = tmp_path / "store"
+    store = VerifiedStore(store_dir)
+    store.put(("users", "ada"), "gone", {"v": 0})
+    store.put(("users", "ada"), "k", {"v": 1})
+    assert store.get(("users", "ada"), "gone").value == {"v": 0}  # warm: the view is built
+    subprocess.run(
+        [sys.executable, "-c", DELETE_AND_COMPACT_FROM_ANOTHER_PROCESS, str(store_dir)],
+        check=True,
+        timeout=120,
+    )
+    assert store.get(("users", "ada"), "gone") is None
+    assert [(i.key, i.value) for i in store.search(("users",))] == [("k", {"v": 2})]
+    assert store.stats.damaged_records == 0
+
+
 # -- 4. compaction ------------------------------------------------------------------------
 
 

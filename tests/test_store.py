@@ -659,6 +659,29 @@ def test_a_batch_copied_to_another_place_is_rejected(open_store):
     assert reader.stats.damaged_records == 2
 
 
+def test_a_batch_named_before_what_a_reader_applied_is_read_in_name_order():
+    """Another machine, its clock behind, writes a batch named before one this reader
+    applied already (two machines on one bucket write at once): the reader applies the
+    label again in name order, as every reader opening it does, so that all of them
+    agree on which version of an item is the newest."""
+    shared = MemoryStorage()
+    with time_machine.travel(T0 - timedelta(hours=1), tick=False):
+        behind = VerifiedStore(storage=MemoryStorage())
+        behind.put(("ns",), "k", {"v": "written late, named early"})
+    early_key = batch_of(behind, ("ns",), "k")
+    with time_machine.travel(T0, tick=False):
+        writer = VerifiedStore(storage=shared)
+        writer.put(("ns",), "k", {"v": "named last"})
+        reader = VerifiedStore(storage=shared)
+        assert reader.get(("ns",), "k").value == {"v": "named last"}
+        shared.write(early_key, behind.storage.read(early_key))
+        writer.put(("ns",), "other", {"v": 1})  # the reader has new batches to read
+        fresh = VerifiedStore(storage=shared)
+        assert fresh.get(("ns",), "k").value == {"v": "named last"}
+        assert reader.get(("ns",), "k").value == {"v": "named last"}
+        assert reader.get(("ns",), "other").value == {"v": 1}
+
+
 @pytest.mark.parametrize("kind", [RecordKind.CACHE_ENTRY, RecordKind.STORE_ITEM])
 def test_a_record_of_another_kind_is_not_a_batch(open_store, kind):
     store = open_store()

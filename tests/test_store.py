@@ -702,6 +702,25 @@ def test_a_record_of_another_kind_is_not_a_batch(open_store, kind):
     assert open_store().get(("ns",), "k").value == {"v": 1}
 
 
+def test_a_batch_that_changes_items_of_another_label_is_damage(open_store):
+    """A batch record is framed with its label, and every item it changes must be of that
+    label: one that is not (well framed, but not what any writer makes) is reported and
+    set aside, and brings no item into a namespace it does not hold."""
+    store = open_store()
+    store.put(("ns",), "first", {"v": 0})
+    item = ItemVersion(("other",), "k", "", 1, 2, None, None, store.serde.dumps_typed({"v": 1}))
+    name = new_batch_name(max(k.rsplit("/", 1)[1] for k in batches(store, "ns")))
+    record = store.codec.encode(
+        RecordKind.STORE_BATCH, batch_identity("ns", name), encode_batch(Batch(puts=[item]))
+    )
+    store.storage.write(batch_key("ns", name), record)
+    reader = open_store()
+    assert reader.get(("ns",), "first").value == {"v": 0}
+    assert keys_of(reader.search(())) == ["first"]
+    assert reader.list_namespaces() == [("ns",)]
+    assert reader.stats.damaged_records == 1
+
+
 def test_a_damaged_touch_costs_the_refresh_never_the_value(open_store):
     store = open_store(ttl={"default_ttl": 10})
     with time_machine.travel(T0, tick=False) as clock:

@@ -233,6 +233,17 @@ def is_lock_or_append(fd: int, root: Path) -> bool:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fdinfo"), reason="needs /proc")
+def any_open(descriptors: list[int]) -> bool:
+    """Whether any of ``descriptors`` is open (in a forked child: kept from its parent)."""
+    for fd in descriptors:
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        return True
+    return False
+
+
 def test_a_forked_child_shares_no_open_lock_or_log_with_its_parent(tmp_path):
     """``flock`` belongs to the open file, which fork shares: a child using its parent's
     descriptors would hold its parent's locks. It opens its own."""
@@ -247,12 +258,7 @@ def test_a_forked_child_shares_no_open_lock_or_log_with_its_parent(tmp_path):
     if pid == 0:  # the child: none of them may be open, and the store still works
         code = 0
         try:
-            for fd in inherited:
-                try:
-                    os.fstat(fd)
-                    code = 1
-                except OSError:
-                    pass
+            code = int(any_open(inherited))
             child = build_graph(saver)
             result = child.invoke({"messages": [("user", "from the child")]}, config)
             code = code or int(result["turns"] != 2)
@@ -278,12 +284,7 @@ def test_a_forked_child_keeps_none_of_its_parent_s_lock_files(tmp_path):
         if pid == 0:
             code = 0
             try:
-                for fd in inherited:
-                    try:
-                        os.fstat(fd)
-                        code = 1
-                    except OSError:
-                        pass
+                code = int(any_open(inherited))
                 if not code:
                     with storage.lock("threads/t", exclusive=True):
                         storage.write("threads/t/from-child", b"child")

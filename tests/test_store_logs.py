@@ -265,17 +265,18 @@ PUT_FROM_ANOTHER_PROCESS = textwrap.dedent(
 )
 
 
+def in_another_process(script: str, store_dir: Path) -> None:
+    """Run ``script`` on the store at ``store_dir`` (its ``sys.argv[1]``) in a new process."""
+    subprocess.run([sys.executable, "-c", script, str(store_dir)], check=True, timeout=120)
+
+
 def test_another_process_put_is_seen_by_the_next_get(tmp_path):
     store_dir = tmp_path / "store"
     store = VerifiedStore(store_dir)
     store.put(("users", "ada"), "k", {"v": 1})
     store.put(("users", "ada"), "old", {"v": 0})
     assert store.get(("users", "ada"), "k").value == {"v": 1}  # warm: the view is built
-    subprocess.run(
-        [sys.executable, "-c", PUT_FROM_ANOTHER_PROCESS, str(store_dir)],
-        check=True,
-        timeout=120,
-    )
+    in_another_process(PUT_FROM_ANOTHER_PROCESS, store_dir)
     assert store.get(("users", "ada"), "k").value == {"v": 2, "by": "the child"}
     assert store.get(("users", "bob"), "new").value == {"v": 3}
     assert store.get(("users", "ada"), "old") is None
@@ -309,11 +310,7 @@ def test_a_label_another_process_compacted_is_read_again_not_on_top_of_what_was_
     store.put(("users", "ada"), "gone", {"v": 0})
     store.put(("users", "ada"), "k", {"v": 1})
     assert store.get(("users", "ada"), "gone").value == {"v": 0}  # warm: the view is built
-    subprocess.run(
-        [sys.executable, "-c", DELETE_AND_COMPACT_FROM_ANOTHER_PROCESS, str(store_dir)],
-        check=True,
-        timeout=120,
-    )
+    in_another_process(DELETE_AND_COMPACT_FROM_ANOTHER_PROCESS, store_dir)
     assert store.get(("users", "ada"), "gone") is None
     assert [(i.key, i.value) for i in store.search(("users",))] == [("k", {"v": 2})]
     assert store.stats.damaged_records == 0

@@ -232,7 +232,6 @@ def is_lock_or_append(fd: int, root: Path) -> bool:
     )
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fdinfo"), reason="needs /proc")
 def any_open(descriptors: list[int]) -> bool:
     """Whether any of ``descriptors`` is open (in a forked child: kept from its parent)."""
     for fd in descriptors:
@@ -244,6 +243,7 @@ def any_open(descriptors: list[int]) -> bool:
     return False
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fdinfo"), reason="needs /proc")
 def test_a_forked_child_shares_no_open_lock_or_log_with_its_parent(tmp_path):
     """``flock`` belongs to the open file, which fork shares: a child using its parent's
     descriptors would hold its parent's locks. It opens its own."""
@@ -270,6 +270,7 @@ def test_a_forked_child_shares_no_open_lock_or_log_with_its_parent(tmp_path):
     assert graph.get_state(config).values["turns"] == 2
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fdinfo"), reason="needs /proc")
 def test_a_forked_child_keeps_none_of_its_parent_s_lock_files(tmp_path):
     """The lock files a store keeps open (``DirectoryLocks``) are closed in a forked child,
     even one forked while its parent holds the lock: the child locks on files of its own,

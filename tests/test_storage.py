@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import time
-from subprocess import PIPE
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
@@ -472,7 +471,9 @@ def test_a_temp_file_is_removed_only_once_its_writer_is_gone(tmp_path):
     storage = RecordFileStorage(tmp_path / "store", fsync=False)
     storage.write("cache/kept", b"k")
     directory = tmp_path / "store" / "cache"
-    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=PIPE)
+    live = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import random
 import shutil
 import signal
@@ -424,6 +425,47 @@ def test_a_thread_written_by_another_process_during_the_sweep_is_left_alone(tmp_
     assert report.skipped == {"busy": "written during the sweep: in use, left alone"}
     latest = VerifiedSaver(store).get_tuple(config("busy"))
     assert latest.checkpoint["channel_values"]["messages"][-2].content == "still here"
+
+
+def test_the_sweep_changes_a_thread_only_while_it_holds_the_thread_s_lock(tmp_path):
+    """A trim and a delete are made under the thread's lock: a put of another process
+    (whose lock is the log's ``flock``) waits for them, and never lands in a log being
+    rewritten or removed."""
+    import fcntl
+
+    from langgraph_checkpoint_verified.records.keys import thread_prefix
+
+    store = tmp_path / "store"
+    saver = VerifiedSaver(store)
+    chat(saver, "long", 4, T0 + 9 * DAY)
+    chat(saver, "old", 1, T0)
+    held: dict[str, bool] = {}
+
+    def probe(prefix: str) -> None:
+        fd = os.open(store / prefix / "log", os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # as a put elsewhere would
+            held[prefix] = False
+        except BlockingIOError:
+            held[prefix] = True
+        finally:
+            os.close(fd)
+
+    real_compact, real_delete_tree = saver.storage.compact, saver.storage.delete_tree
+
+    def compact(prefix: str, *, changes: Any = None) -> None:
+        probe(prefix)
+        real_compact(prefix, changes=changes)
+
+    def delete_tree(prefix: str) -> None:
+        probe(prefix)
+        real_delete_tree(prefix)
+
+    saver.storage.compact, saver.storage.delete_tree = compact, delete_tree
+    report = saver.sweep(RetentionPolicy(idle=5 * DAY, keep_last=2), now=T0 + 10 * DAY)
+    assert report.threads_deleted == ["old"]
+    assert set(report.threads_trimmed) == {"long"}
+    assert held == {thread_prefix("long"): True, thread_prefix("old"): True}
 
 
 SWEEPER = textwrap.dedent(

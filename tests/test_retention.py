@@ -444,7 +444,7 @@ def test_the_sweep_changes_a_thread_only_while_it_holds_the_thread_s_lock(tmp_pa
     def probe(prefix: str) -> None:
         fd = os.open(store / prefix / "log", os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # as a put elsewhere would
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # even a shared one must wait
             held[prefix] = False
         except BlockingIOError:
             held[prefix] = True
